@@ -1641,11 +1641,14 @@ class Scrubber:
         # that it goes on a recent list but for its first item, which spares the check.
         big = not keep and len(data) >= CLEAN_IN_TEXT_MIN
         texts = big and str in map(type, items)
-        clean = texts and self._clean(data)
+        # (a list of text alone, a file's lines, is read in order, a line each, which also reads
+        # what a line holds for the next: token: | and its value)
+        lines = texts and not self.rules.patterns and set(map(type, items)) == {str}
+        clean = texts and (not self.find("\n".join(items)) if lines else self._clean(data))
         # A list whose items say another is a credential is scrubbed whole, neither taken from nor
         # kept for the lists items are shared with (an item alone is scrubbed without the one that
         # says so): none of those holds one, so only the items after the shared ones are read.
-        if self._neighbour_secrets(items, keep, alone_clean=clean):
+        if self._neighbour_secrets(items, keep, alone_clean=clean, lines_clean=clean and lines):
             return cast("list[Any]", self._json(items, ()))
         if not keep:
             out = self._after_first(items, data, finite, given)
@@ -2212,14 +2215,15 @@ class Scrubber:
         return {k: (v[0], name) for k, v in cut.items() if k > at} if at in cut else {}
 
     def _neighbour_secrets(
-        self, items: Sequence[Any], shared: int = 0, *, alone_clean: bool = False
+        self, items: Sequence[Any], shared: int = 0, *, alone_clean: bool = False, lines_clean: bool = False
     ) -> dict[int, tuple[str, str]]:
         """The items of a list that its other items make secrets, by index, as (what each is stored
         as, a name or kind): :meth:`_list_secrets` and :meth:`_split_secrets` in turn, each over the
         items as the other left them (a placeholder makes new neighbours: ``["curl--secret", …]``
         cut to ``"--secret"`` is an option a second scrub reads), until neither finds more; read
         from where its first ``shared`` items (a list's known to hold none) stop. ``alone_clean``:
-        its strings are known to hold nothing each alone (:meth:`_clean`)."""
+        its strings are known to hold nothing each alone (:meth:`_clean`); ``lines_clean``: nor
+        read in order, a line each."""
         start = _shared_until(shared)
         found: dict[int, tuple[str, str]] = {}
         if str not in map(type, items[start:]):  # (a list of no text, a conversation's messages: in C)
@@ -2227,7 +2231,9 @@ class Scrubber:
         turn = 0
         while True:
             if turn % 2:  # (what _clean said of the items as given: until they change)
-                more = self._split_secrets(items, start, alone_clean=alone_clean and not found)
+                more = self._split_secrets(
+                    items, start, alone_clean=alone_clean and not found, lines_clean=lines_clean and not found
+                )
             else:
                 more = self._list_secrets(items, start)
             more = {i: v for i, v in more.items() if v[0] != items[i]}  # (what changes the list)
@@ -2239,7 +2245,7 @@ class Scrubber:
             turn += 1
 
     def _split_secrets(
-        self, items: Sequence[Any], start: int, *, alone_clean: bool
+        self, items: Sequence[Any], start: int, *, alone_clean: bool, lines_clean: bool
     ) -> dict[int, tuple[str, str]]:
         """The text items of a list that a secret runs over, by index, as (what each is stored as,
         the secret's kind): a tool's pieces of text (``["… sk-proj-abc", "def…"]``, a file's lines
@@ -2247,7 +2253,7 @@ class Scrubber:
         key's body) in the clear. Adjacent strings are read as one text, as a stream's chunks are;
         the placeholder goes into the item where the secret starts, and the rest of it is removed
         from the items it spilled into. Only runs with a boundary after item ``start`` are read;
-        ``alone_clean``: see :meth:`_neighbour_secrets`."""
+        ``alone_clean``, ``lines_clean``: see :meth:`_neighbour_secrets`."""
         found: dict[int, tuple[str, str]] = {}
         n = len(items)
         if n - start < 2:
@@ -2260,15 +2266,18 @@ class Scrubber:
             while j < n and type(items[j]) is str:
                 j += 1
             if j - i > 1:
-                found.update(self._run_secrets(items[i:j], i, alone_clean=alone_clean))
+                found.update(
+                    self._run_secrets(items[i:j], i, alone_clean=alone_clean, lines_clean=lines_clean)
+                )
             i = j + 1
         return found
 
     def _run_secrets(
-        self, run: Sequence[str], first: int, *, alone_clean: bool
+        self, run: Sequence[str], first: int, *, alone_clean: bool, lines_clean: bool = False
     ) -> dict[int, tuple[str, str]]:
         """:meth:`_split_secrets` of one run of adjacent strings, the first at index ``first``
-        (``alone_clean``: none holds anything alone, as :meth:`_clean` found before). Each
+        (``alone_clean``: none holds anything alone, as :meth:`_clean` found before;
+        ``lines_clean``: nor read as lines, in order). Each
         item is scrubbed alone first, so a whole key at one item's end is not read on into the next
         (``["key: sk-…", "Done"]``, lines split from an ``.env`` file); then the items as scrubbed
         are read as one text, again after each secret taken (what a second scrub would read). A
@@ -2277,17 +2286,26 @@ class Scrubber:
         body lines none, and so is a key's first 20 characters, its rest none."""
         raw = "".join(run)
         found = self.find(raw)
+        # Lines without their ends (a file's text.splitlines()) are read as lines too: a value on a
+        # line after its name (a YAML block scalar's, token: |; a .netrc password) is no secret's
+        # shape over the items glued together.
+        endless = not any("\n" in p or "\r" in p for p in run)
+        by_line = self.find("\n".join(run)) if endless and not lines_clean else []
         # Nothing in their text, nor in any alone: the usual list of words or lines. Each alone is
         # scrubbed as the list's walk scrubs it next (then from the cache); a long list's items read
         # a line each, as one text (a secret ends at a line break as at a text's end, and starts
         # after one as at its start), as _clean checks a long list before its walk (and as there,
         # not with a user's regex, which may anchor at a string's ends), unless _clean read them so.
-        if not found and (
-            alone_clean
-            or not (
-                self.find("\n".join(run))
-                if len(raw) >= CLEAN_IN_TEXT_MIN and not self.rules.patterns
-                else any(self.text(p) != p for p in run)
+        if (
+            not found
+            and not by_line
+            and (
+                alone_clean
+                or not (
+                    (not endless and self.find("\n".join(run)))  # (else by_line read them so)
+                    if len(raw) >= CLEAN_IN_TEXT_MIN and not self.rules.patterns
+                    else any(self.text(p) != p for p in run)
+                )
             )
         ):
             return {}
@@ -2295,6 +2313,12 @@ class Scrubber:
         pieces = self._cut(run, [s for s in _crossing(run, found) if self._read_on(run, raw, s)], taken)
         while spans := _together(pieces, self.find("".join(pieces))):
             pieces = self._cut(pieces, spans, taken)
+        if by_line:
+            # (each line's end given back, and taken off again where no secret took it)
+            lines = [p + "\n" for p in pieces[:-1]] + pieces[-1:]
+            while spans := _together(lines, self.find("".join(lines))):
+                lines = self._cut(lines, spans, taken)
+            pieces = [line.removesuffix("\n") for line in lines[:-1]] + lines[-1:]
         return {first + i: (pieces[i], kind) for i, kind in sorted(taken.items())}
 
     def _read_on(self, run: Sequence[str], raw: str, span: tuple[int, int, str]) -> bool:

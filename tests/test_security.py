@@ -1082,6 +1082,7 @@ def test_a_secret_a_tool_returns_split_after_a_piece_of_a_whole_key_shape_reache
 
 
 _KEY = SECRETS["openai_api_key"]
+_YAML = "db:\n  host: db.internal\n  token: |\n    abcdEFGH1234xyzSECRET\n  port: 5432\n"
 
 
 @pytest.mark.parametrize(
@@ -1098,8 +1099,23 @@ _KEY = SECRETS["openai_api_key"]
         (["password=", "password=", _KEY[:30], _KEY[30:]], {"key's rest": _KEY[30:]}),
         # a .netrc line cut before its password's separator: as one text it is replaced
         (["machine example.test login bob password", " pw1xyz"], {"netrc password": "pw1xyz"}),
+        # a file's lines without their ends (text.splitlines()): the value on a line after its name
+        (_YAML.splitlines(), {"block scalar": "abcdEFGH1234xyzSECRET"}),
+        (
+            ["creds:", "  password: >-", "    correct-horse-9", "    battery-staple-7", "other: 1"],
+            {"first line": "correct-horse-9", "second line": "battery-staple-7"},
+        ),
+        (["machine example.test", "login bob", "password pw1xyzabc"], {"netrc password": "pw1xyzabc"}),
     ],
-    ids=["option-value", "pem-after-names", "key-after-names", "netrc"],
+    ids=[
+        "option-value",
+        "pem-after-names",
+        "key-after-names",
+        "netrc",
+        "yaml-block",
+        "yaml-folded",
+        "netrc-lines",
+    ],
 )
 def test_a_secret_split_over_list_items_after_its_name_reaches_no_file(
     store: Path, items: list[str], secrets: dict[str, str]
@@ -1107,7 +1123,8 @@ def test_a_secret_split_over_list_items_after_its_name_reaches_no_file(
     """A secret cut over a tool's list items where the items before it say what it is (an option,
     a name, a .netrc keyword) was kept, all or its rest, in the clear: a credential option's value
     replaced alone, a name's value hiding the PEM key it ran into, a value whose name ends the
-    item before."""
+    item before, a value on a line after its name where the items are lines without their ends
+    (a YAML block scalar's, ``token: |``; a .netrc password), read glued together."""
 
     @forkpoint.tool
     def read_lines(path: str) -> list[str]:

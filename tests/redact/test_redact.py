@@ -847,6 +847,26 @@ def test_a_large_clean_list_of_lines_is_scanned_once_as_lines(monkeypatch: pytes
 
 
 @pytest.mark.parametrize("user_pattern", [True, False], ids=["with a user pattern", "built-in patterns"])
+def test_a_large_list_of_lines_without_their_ends_is_read_as_lines(user_pattern: bool) -> None:
+    """A YAML file's lines past CLEAN_IN_TEXT_MIN, without their ends (``text.splitlines()``): the
+    block scalar's value, on the line after its name (``token: |``), was stored in the clear, the
+    lines read glued together and each alone; the lines around it are kept."""
+    from forkpoint.redact import CLEAN_IN_TEXT_MIN
+
+    table = {"patterns": [{"kind": "internal-token", "regex": "itk_[A-Za-z0-9]{24}"}]} if user_pattern else {}
+    plain = [f"  key_{i}: plain words, nothing to hide here at all" for i in range(30_000)]
+    block = ["config:", *plain, "  token: |", "    abcdEFGH1234xyzSECRET", *plain]
+    assert len("".join(block)) >= CLEAN_IN_TEXT_MIN
+    out = Scrubber(rules_from_table(table, "test")).json(block)
+    at = block.index("  token: |") + 1
+    assert out == [
+        *block[:at],
+        "    " + expected_placeholder("secret-assignment", "abcdEFGH1234xyzSECRET"),
+        *plain,
+    ]
+
+
+@pytest.mark.parametrize("user_pattern", [True, False], ids=["with a user pattern", "built-in patterns"])
 @pytest.mark.parametrize("form", ["value", "key", "quoted value", "value with newlines", "alone"])
 def test_every_secret_kind_in_a_large_list_is_scrubbed(form: str, user_pattern: bool) -> None:
     """Each kind of the canary test, inside a list too large to walk first: found by the text check
