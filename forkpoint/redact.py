@@ -415,13 +415,15 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
     # self.auth_token = '…', apiKey: "…"). Not any "…token" (a tokenizer's eos_token = "</s>").
     # Spaces inside (a passphrase) but not at either end: that is code around two literals
-    # ("Password: " + pw + "!").
+    # ("Password: " + pw + "!"). On its name's line, or YAML's indented under it (two spaces or a
+    # tab: one is what an escaped line break reads as); not a quotation that starts the next line
+    # ("the secret:" and then "…").
     (
         "secret-assignment",
         ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
         r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
         r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
-        r"\s*[=:]\s*\\?(?P<q>[\"'])"
+        r"[ \t]*[=:](?:[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"'])"
         r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)\\?(?P=q)",
     ),
     # YAML: a block scalar's lines after a name of either unquoted shape below (token: |,

@@ -1219,3 +1219,30 @@ def test_a_config_a_tool_is_given_keeps_its_plain_lines_and_no_secret(store: Pat
     with forkpoint.replay(rec.session_path) as rp:
         assert write_configs(list(texts)) == 3
     assert rp.report()["matched"] == 1
+
+
+def test_a_quoted_value_is_read_on_its_names_line_or_indented_under_it(store: Path) -> None:
+    """A name that says credential at a line's end and a quoted text at the next line's start
+    (prose, ``secret:`` then a quotation; ``secret =`` then a string; the same with escaped line
+    breaks in a shell's printf) were read as a quoted credential across the line break, and the
+    next line's text stored as a placeholder; a YAML value quoted and indented under its name is
+    still one."""
+    plain = [
+        'Here is the secret:\n"The quick brown fox jumps"\n',
+        "secret =\n'hello there friend'\n",
+        'printf "the secret:\\n\\"The quick brown fox\\"\\n"',
+    ]
+    yaml = 'db:\n  password:\n    "c0rrect-h0rse-77"\n'
+
+    @forkpoint.tool
+    def write_texts(texts: list[str]) -> int:
+        return len(texts)
+
+    with forkpoint.record(store=store) as rec:
+        assert write_texts([*plain, yaml]) == 4
+    assert leaks(store, {"yaml password": "c0rrect-h0rse-77"}) == []
+    stored = Session.load(rec.session_path).by_type("tool_call")[0]["args"]["texts"]
+    assert stored[:3] == plain
+    assert stored[3] == yaml.replace(
+        "c0rrect-h0rse-77", redact.placeholder("secret-assignment", "c0rrect-h0rse-77")
+    )
