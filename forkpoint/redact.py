@@ -328,6 +328,14 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE"
         r" KEY(?: BLOCK)?-----|(?:\\[nr]|[\sA-Za-z0-9+/=:,.\-])*)",
     ),
+    # Base64 of one (a kubeconfig's client-key-data, a Kubernetes secret's tls.key), on one line or
+    # wrapped at 76 characters as base64(1) writes it (_valid_private_key: not a certificate's).
+    (
+        "private-key",
+        ("ls0tls1crudjti",),
+        r"(?<![A-Za-z0-9+/])LS0tLS1CRUdJTi(?:[A-Za-z0-9+/]{62}\r?\n(?:[A-Za-z0-9+/]{76}\r?\n)*)?"
+        r"[A-Za-z0-9+/]{6,}={0,2}",
+    ),
     ("anthropic-key", ("sk-",), r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_\-]{20,}"),
     ("openai-key", ("sk-",), r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
     (
@@ -362,7 +370,14 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # (and an app-level token, xapp-…, and a rotating token's refresh token, xoxe.xoxp-… or xoxe-…)
     ("slack-token", ("xox", "xapp-"), r"\b(?:xox[abposr]-|xoxe[.\-](?:xox[bp]-)?|xapp-)[0-9A-Za-z\-]{10,}"),
     ("slack-webhook", ("://",), r"(?<=https)://hooks\.slack\.com/services/[A-Za-z0-9/_\-]{20,}"),
+    (
+        "discord-webhook",
+        ("discord",),
+        r"\bdiscord(?:app)?\.com/api/webhooks/[0-9]{5,20}/(?P<s>[A-Za-z0-9_\-]{60,})",
+    ),
     ("huggingface-token", ("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),
+    # A PyPI API token (a macaroon, base64: pypi.org's "AgEIcHlwaS5vcmc", TestPyPI's "AgENdGVzdC5weXBp…").
+    ("pypi-token", ("pypi-age",), r"\bpypi-AgE[A-Za-z0-9_\-]{50,}"),
     # A Telegram bot's token in a Bot API URL's path (/bot<id>:<35 characters>/sendMessage); the
     # token alone in text is too plain a shape to anchor on (a TELEGRAM_BOT_TOKEN= is an assignment).
     ("telegram-bot-token", ("/bot",), r"/bot(?P<s>[0-9]{5,16}:A[A-Za-z0-9_\-]{34})(?![A-Za-z0-9_\-])"),
@@ -413,18 +428,27 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         _FIELD_WORDS + r"\\?[\"']\s*:\s*\\?[\"'](?P<s>[^\"'\\\r\n]+)\\?[\"']",
     ),
     # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
-    # self.auth_token = '…', apiKey: "…"). Not any "…token" (a tokenizer's eos_token = "</s>").
-    # Spaces inside (a passphrase) but not at either end: that is code around two literals
-    # ("Password: " + pw + "!"). On its name's line, or YAML's indented under it (two spaces or a
-    # tab: one is what an escaped line break reads as); not a quotation that starts the next line
-    # ("the secret:" and then "…").
+    # self.auth_token = '…', apiKey: "…", Python's api_key = """…"""). Not any "…token" (a
+    # tokenizer's eos_token = "</s>"). Spaces inside (a passphrase) but not at either end: that is
+    # code around two literals ("Password: " + pw + "!"). On its name's line, or YAML's indented
+    # under it (two spaces or a tab: one is what an escaped line break reads as; not triple-quoted:
+    # a docstring under def f() -> PrivateKey:); not a quotation that starts the next line ("the
+    # secret:" and then "…").
     (
         "secret-assignment",
         ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
         r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
         r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
-        r"[ \t]*[=:](?:[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"'])"
-        r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)\\?(?P=q)",
+        r"[ \t]*[=:](?:[ \t]*(?P<t>\"\"\"|''')|(?:[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
+        r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)(?(t)(?P=t)|\\?(?P=q))",
+    ),
+    # PHP's define() of a credential's constant (wp-config.php's DB_PASSWORD, AUTH_KEY, …_SALT):
+    # the quoted literal whatever it holds but its quote (WordPress's salts hold # & | < > and spaces).
+    (
+        "secret-assignment",
+        ("define",),
+        r"(?<![A-Za-z0-9_$>])(?i:define)[ \t]*\([ \t]*(?P<n>[\"'])[A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|_KEY|SALT)"
+        r"(?P=n)[ \t]*,[ \t]*(?P<q>[\"'])(?P<s>(?:(?!(?P=q))[^\\\r\n]|\\.)+)(?P=q)",
     ),
     # YAML: a block scalar's lines after a name of either unquoted shape below (token: |,
     # password: >-), whatever they hold: from the first line's indentation on, to the first line
@@ -597,6 +621,7 @@ _CONTEXT_KINDS = frozenset(
         "aws-secret",
         "azure-key",
         "netrc-password",
+        "discord-webhook",
     }
 )
 
@@ -913,6 +938,18 @@ def _looks_random(token: str) -> bool:
     return len(token) >= 20 and token.lower() != token and token.upper() != token
 
 
+_PRIVATE_KEY_BEGIN = compiled_later_bytes(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+
+
+def _valid_private_key(value: str) -> bool:
+    """A PEM private key, or its base64 (``LS0tLS1CRUdJTi``: ``-----BEGIN``) whose first line is a
+    private key's: not a certificate's (``client-certificate-data``, public)."""
+    if not value.startswith("LS0t"):
+        return True
+    raw = _unbase64(value.replace("\r", "").replace("\n", "")[:64])
+    return raw is not None and _PRIVATE_KEY_BEGIN.match(raw) is not None
+
+
 def _valid_basic(value: str) -> bool:
     """Basic credentials are base64 of ``user:password``."""
     raw = _unbase64(value)
@@ -951,6 +988,7 @@ def _valid_command_password(secret: str) -> bool:
 
 
 _VALIDATORS = {
+    "private-key": _valid_private_key,
     "bearer": _looks_random,
     "basic-auth": _valid_basic,
     "registry-auth": _valid_registry_auth,

@@ -1231,6 +1231,8 @@ def test_a_quoted_value_is_read_on_its_names_line_or_indented_under_it(store: Pa
         'Here is the secret:\n"The quick brown fox jumps"\n',
         "secret =\n'hello there friend'\n",
         'printf "the secret:\\n\\"The quick brown fox\\"\\n"',
+        # (a docstring under a name that says credential: no YAML value, triple-quoted)
+        'def generate(self) -> RSAPrivateKey:\n    """Generate a new RSA-2048 private key."""\n',
     ]
     yaml = 'db:\n  password:\n    "c0rrect-h0rse-77"\n'
 
@@ -1239,10 +1241,68 @@ def test_a_quoted_value_is_read_on_its_names_line_or_indented_under_it(store: Pa
         return len(texts)
 
     with forkpoint.record(store=store) as rec:
-        assert write_texts([*plain, yaml]) == 4
+        assert write_texts([*plain, yaml]) == 5
     assert leaks(store, {"yaml password": "c0rrect-h0rse-77"}) == []
     stored = Session.load(rec.session_path).by_type("tool_call")[0]["args"]["texts"]
-    assert stored[:3] == plain
-    assert stored[3] == yaml.replace(
+    assert stored[:4] == plain
+    assert stored[4] == yaml.replace(
         "c0rrect-h0rse-77", redact.placeholder("secret-assignment", "c0rrect-h0rse-77")
     )
+
+
+_CLIENT_KEY_DATA = base64.b64encode(PEM.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "secret"),
+    [
+        # Python's triple-quoted literal under a credential's name
+        ("settings.py", 'DB_PASSWORD = """hunter2-Triple-77"""\n', "hunter2-Triple-77"),
+        ("settings.py", "api_key = '''abcDEF123456ghiJKL'''\n", "abcDEF123456ghiJKL"),
+        # a kubeconfig's client key: a PEM private key, base64-encoded (kubectl config view --raw)
+        (
+            "kubeconfig",
+            "users:\n- name: admin\n  user:\n    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t\n"
+            f"    client-key-data: {_CLIENT_KEY_DATA}\n",
+            _CLIENT_KEY_DATA,
+        ),
+        # WordPress's wp-config.php
+        ("wp-config.php", "define( 'DB_PASSWORD', 'wpS3cret-Passw0rd' );\n", "wpS3cret-Passw0rd"),
+        ("wp-config.php", "define('AUTH_KEY', 'k#8z|Qw2>e!Lp0^vT6&yB9');\n", "k#8z|Qw2>e!Lp0^vT6&yB9"),
+        # a Discord webhook's token in its URL's path
+        (
+            "notify.sh",
+            "curl -X POST https://discord.com/api/webhooks/123456789012345678/"
+            "Ab3dEfGh1jKlMn0pQrStUvWxYz0123456789-AbCdEfGhIjKlMnOpQrStUvWxYz_0123 -d @msg.json\n",
+            "Ab3dEfGh1jKlMn0pQrStUvWxYz0123456789-AbCdEfGhIjKlMnOpQrStUvWxYz_0123",
+        ),
+        # a PyPI API token alone (a CI log's line, a token pasted into a note)
+        (
+            "release.log",
+            "uploading with pypi-AgEIcHlwaS5vcmcCJDA5ZjM0YzE2LWE2YjItNGQ1Yi1hN2I2LTZjYzk0NzIzNmE0YQACKlszLCJ4In1d\n",
+            "pypi-AgEIcHlwaS5vcmcCJDA5ZjM0YzE2LWE2YjItNGQ1Yi1hN2I2LTZjYzk0NzIzNmE0YQACKlszLCJ4In1d",
+        ),
+    ],
+    ids=["py-triple-double", "py-triple-single", "kubeconfig-client-key", "wp-db-password", "wp-auth-key",
+         "discord-webhook", "pypi-token"],
+)  # fmt: skip
+def test_a_config_files_secret_reaches_no_file(tmp_path: Path, name: str, content: str, secret: str) -> None:
+    """A workspace's config file and the same text a tool returns, each of a shape the scrubber
+    did not know, were stored with the secret in the clear: a Python triple-quoted literal, a
+    kubeconfig's base64 client key (a certificate's data, public, is kept), a wp-config.php's
+    define(), a Discord webhook's URL, a PyPI token."""
+    repo = _repo(tmp_path)
+    (repo / name).write_text(content)
+
+    @forkpoint.tool
+    def read_file(path: str) -> str:
+        return (repo / path).read_text()
+
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        assert read_file(name) == content
+        rec.checkpoint(reason="manual")
+    assert leaks(tmp_path / "store", {"secret": secret}) == []
+    result = Session.load(rec.session_path).by_type("tool_call")[0]["result"]
+    assert result == redact.scrub_text(result) and len(result.splitlines()) == len(content.splitlines())
+    if "client-certificate-data" in content:  # (a certificate is public: kept)
+        assert "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t" in result
