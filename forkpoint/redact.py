@@ -376,6 +376,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"\bdiscord(?:app)?\.com/api/webhooks/[0-9]{5,20}/(?P<s>[A-Za-z0-9_\-]{60,})",
     ),
     ("huggingface-token", ("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),
+    ("age-secret-key", ("age-secret-key-1",), r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b"),
     # A PyPI API token (a macaroon, base64: pypi.org's "AgEIcHlwaS5vcmc", TestPyPI's "AgENdGVzdC5weXBp…").
     ("pypi-token", ("pypi-age",), r"\bpypi-AgE[A-Za-z0-9_\-]{50,}"),
     # A Telegram bot's token in a Bot API URL's path (/bot<id>:<35 characters>/sendMessage); the
@@ -414,7 +415,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "url-password",
         ("://",),
-        r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>[^\s/?#@\"'<>\\]+)@",
+        # (to the last "@" before the host: a password's own "@", p@ss, is seldom percent-encoded)
+        r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>[^\s/?#@\"'<>\\]+(?:@[^\s/?#@\"'<>\\]+)*)@",
     ),
     # A password on a client's command line (a shell tool's command: _CLIENTS), the option within
     # 500 characters of the command's name (a minified line with "curl" at every turn stays linear).
@@ -425,7 +427,9 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "secret-field",
         ("pass", "secret", "api", "access", "private", "credential", "auth", "token"),
-        _FIELD_WORDS + r"\\?[\"']\s*:\s*\\?[\"'](?P<s>[^\"'\\\r\n]+)\\?[\"']",
+        # (unescaped, the value to its closing quote, escapes and all: "pa\"ss", "pa\\ss")
+        _FIELD_WORDS + r"(?P<e>\\)?[\"']\s*:\s*\\?(?P<fq>[\"'])"
+        r"(?P<s>(?(e)[^\"'\\\r\n]+|(?:(?!(?P=fq))[^\\\r\n]|\\[^\r\n])+))\\?(?P=fq)",
     ),
     # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
     # self.auth_token = '…', apiKey: "…", Python's api_key = """…"""). Not any "…token" (a
@@ -449,6 +453,23 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("define",),
         r"(?<![A-Za-z0-9_$>])(?i:define)[ \t]*\([ \t]*(?P<n>[\"'])[A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|_KEY|SALT)"
         r"(?P=n)[ \t]*,[ \t]*(?P<q>[\"'])(?P<s>(?:(?!(?P=q))[^\\\r\n]|\\.)+)(?P=q)",
+    ),
+    # A Kubernetes container's env entry in YAML (name: DB_PASSWORD, then value: … on the next
+    # line), a name that ends in a credential's word (not MAX_TOKENS, SECRET_NAME); not a template
+    # (<the token>, {{ .Values.key }}, $(KEY)).
+    (
+        "secret-assignment",
+        ("name:",),
+        r"name:[ \t]*[\"']?[A-Za-z0-9_.\-]*?(?<![A-Za-z0-9])(?i:password|passwd|passphrase|secret|token|api_?key"
+        r"|access_?key|private_?key|credentials?)[\"']?[ \t]*\r?\n[ \t]+value:[ \t]*(?P<vq>[\"'])?"
+        r"(?P<s>(?(vq)[^\"'\r\n]+|[^\s\"'#<>{}\[$][^\s\"'#]*))(?(vq)(?P=vq))",
+    ),
+    # An ODBC connection string's Pwd= (Password= is an assignment below), its value to the next
+    # ";" (or the string's quote) or in braces.
+    (
+        "secret-assignment",
+        ("pwd",),
+        r"(?:(?<=;)|(?<=; ))(?i:pwd)[ \t]*=[ \t]*(?P<s>\{[^}\r\n]*\}|[^;\s{\"'][^;\r\n\"']*)",
     ),
     # YAML: a block scalar's lines after a name of either unquoted shape below (token: |,
     # password: >-), whatever they hold: from the first line's indentation on, to the first line

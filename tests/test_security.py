@@ -1282,9 +1282,24 @@ _CLIENT_KEY_DATA = base64.b64encode(PEM.encode()).decode()
             "uploading with pypi-AgEIcHlwaS5vcmcCJDA5ZjM0YzE2LWE2YjItNGQ1Yi1hN2I2LTZjYzk0NzIzNmE0YQACKlszLCJ4In1d\n",
             "pypi-AgEIcHlwaS5vcmcCJDA5ZjM0YzE2LWE2YjItNGQ1Yi1hN2I2LTZjYzk0NzIzNmE0YQACKlszLCJ4In1d",
         ),
+        # a JSON config's password holding what JSON escapes (a quote, a backslash)
+        ("config.json", '{"db": {"password": "pa\\"ss-w0rd-1234"}}\n', 'ss-w0rd-1234'),
+        ("config.json", '{"db": {"password": "pa\\\\ss-w0rd-1234"}}\n', 'ss-w0rd-1234'),
+        # a URL's password holding an "@" (p@ss…), not percent-encoded
+        (".env", "DATABASE_URL=postgres://app:p@ss-w0rd-99@db.internal:5432/app\n", "ss-w0rd-99"),
+        # an age identity (forkpoint's own --encrypt-to keys)
+        ("key.txt", "# public key: age1xyz\nAGE-SECRET-KEY-1QYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQY\n",
+         "AGE-SECRET-KEY-1QYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQY"),
+        # a Kubernetes manifest's env entry (kubectl get deploy -o yaml)
+        ("deploy.yaml", '        - name: OPENAI_API_KEY\n          value: "abcDEF123456ghiJKL"\n        - name: MODE\n'
+         "          value: fast\n", "abcDEF123456ghiJKL"),
+        ("deploy.yaml", "  - name: db_password\n    value: kS3cret-Passw0rd\n", "kS3cret-Passw0rd"),
+        # an ODBC connection string's Pwd=
+        ("appsettings.txt", "Driver={ODBC Driver 18};Server=db;Uid=sa;Pwd=odbcS3cret99;Encrypt=yes\n", "odbcS3cret99"),
     ],
     ids=["py-triple-double", "py-triple-single", "kubeconfig-client-key", "wp-db-password", "wp-auth-key",
-         "discord-webhook", "pypi-token"],
+         "discord-webhook", "pypi-token", "json-escaped-quote", "json-escaped-backslash", "url-password-at",
+         "age-identity", "k8s-env", "k8s-env-lower", "odbc-pwd"],
 )  # fmt: skip
 def test_a_config_files_secret_reaches_no_file(tmp_path: Path, name: str, content: str, secret: str) -> None:
     """A workspace's config file and the same text a tool returns, each of a shape the scrubber
