@@ -73,6 +73,18 @@ SECRET_HEADERS: frozenset[str] = frozenset(
         "x-amz-security-token",
         "openai-api-key",
         "anthropic-api-key",
+        # services' keys under names that do not say key, token or secret in SECRET_HEADER_NAME's
+        # words: Cloudflare, Fastly, Honeycomb, RapidAPI, Azure Functions, JSONBin, Adafruit IO,
+        # Appwrite, Pivotal Tracker (not every "-key": Idempotency-Key, Sec-WebSocket-Key are none)
+        "x-auth-key",
+        "fastly-key",
+        "x-honeycomb-team",
+        "x-rapidapi-key",
+        "x-functions-key",
+        "x-master-key",
+        "x-aio-key",
+        "x-appwrite-key",
+        "x-trackertoken",
     }
 )
 

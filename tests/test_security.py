@@ -1321,3 +1321,22 @@ def test_a_config_files_secret_reaches_no_file(tmp_path: Path, name: str, conten
     assert result == redact.scrub_text(result) and len(result.splitlines()) == len(content.splitlines())
     if "client-certificate-data" in content:  # (a certificate is public: kept)
         assert "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t" in result
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["X-Auth-Key", "Fastly-Key", "X-Honeycomb-Team", "X-RapidAPI-Key", "x-functions-key", "X-Master-Key",
+     "X-AIO-Key", "X-Appwrite-Key", "X-TrackerToken"],
+)  # fmt: skip
+def test_a_services_key_header_reaches_no_file(store: Path, server: LocalServer, header: str) -> None:
+    """Services' API key headers whose names do not say key, token or secret in forkpoint's words
+    (Cloudflare's X-Auth-Key, Fastly-Key, Honeycomb's X-Honeycomb-Team, RapidAPI's, Azure
+    Functions'…): a captured request's value was stored in the clear in its headers."""
+    import httpx
+
+    secret = "c2f1a9e07b3d4e5f8a6b7c8d9e0f1a2b3c4d"
+    with forkpoint.record(store=store) as rec:
+        assert httpx.get(server.url + "/v1/things?kind=json", headers={header: secret}).status_code == 200
+    assert leaks(store, {"key": secret}) == []
+    sent = dict(Session.load(rec.session_path).by_type("model_call")[0]["request"]["headers"])
+    assert sent[header.lower()] == redact.placeholder("header-credential", secret)  # (which key it sent)
