@@ -389,6 +389,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     ("huggingface-token", ("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),
     ("age-secret-key", ("age-secret-key-1",), r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b"),
+    # HashiCorp Vault's service, batch and recovery tokens (hvs.…, hvb.…, hvr.…).
+    ("vault-token", ("hvs.", "hvb.", "hvr."), r"\bhv[sbr]\.[A-Za-z0-9_\-]{24,}"),
     # A PyPI API token (a macaroon, base64: pypi.org's "AgEIcHlwaS5vcmc", TestPyPI's "AgENdGVzdC5weXBp…").
     ("pypi-token", ("pypi-age",), r"\bpypi-AgE[A-Za-z0-9_\-]{50,}"),
     # A Telegram bot's token in a Bot API URL's path (/bot<id>:<35 characters>/sendMessage); the
