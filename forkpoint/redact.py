@@ -296,10 +296,11 @@ _NEXT_LINE_VALUE = (
     r"[ \t\r]*\n(?=[ \t])(?![ \t]*(?:-[ \t]|#|[^\s:\"']*:(?:\s|$)|[A-Za-z_][A-Za-z0-9_]*=(?!=)))"
 )
 #: Names of a credential assigned an unquoted value: in any case a password, else in capitals
-#: (``DB_PASSWORD``, ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``).
+#: (``DB_PASSWORD``, ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``; ``DB_PASS``, ``MYSQL_PWD``, and the
+#: clients' own SSHPASS and REDISCLI_AUTH).
 _UNQUOTED_NAME = (
     r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
-    r"|CREDENTIALS?)(?![A-Za-z0-9])"
+    r"|CREDENTIALS?|_PASS|_PWD|SSHPASS|REDISCLI_AUTH)(?![A-Za-z0-9])"
 )
 #: Names of a credential in lower case or camelCase (YAML's and INI's: see the table's shape).
 _LOWER_NAME = (
@@ -312,7 +313,7 @@ _LOWER_NAME = (
 #: Three shapes of the table below (:data:`_DEAD_ENDS` names them).
 _UNQUOTED_ASSIGNMENT = (
     _UNQUOTED_NAME + r"\s*(?:=|:(?:" + _NEXT_LINE_VALUE + r")?)[ \t]*[\"']?"
-    r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
+    r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil|Final)(?:[\s\"'#;&\[]|$))"
     r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END
 )
 _LOWER_ASSIGNMENT = (
@@ -491,13 +492,14 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "secret-assignment",
         ("pass", "secret", "token", "api", "access", "private", "_key", "credential", "client", "auth")
-        + ("refresh", "session", "bearer"),
+        + ("refresh", "session", "bearer", "_pass", "_pwd", "sshpass", "rediscli_auth"),
         r"(?:" + _UNQUOTED_NAME + "|" + _LOWER_NAME + r")[ \t]*:[ \t]*[|>][1-9+\-]{0,2}(?:[ \t]+#[^\r\n]*)?"
         r"[ \t\r]*\n(?P<i>[ \t]+)(?![^\s:\"']*:(?:\s|$))(?P<s>\S(?:[^\r\n]*\S)?(?:[ \t\r]*\n(?P=i)[^\r\n]*\S)*)",
     ),
     (
         "secret-assignment",
-        ("pass", "secret", "token", "api", "access", "private", "_key", "credential"),
+        ("pass", "secret", "token", "api", "access", "private", "_key", "credential")
+        + ("_pass", "_pwd", "sshpass", "rediscli_auth"),
         # (a password in any case: "login failed for bob, password=hunter22" in an exception's message)
         _UNQUOTED_ASSIGNMENT,
     ),

@@ -1294,6 +1294,12 @@ _CLIENT_KEY_DATA = base64.b64encode(PEM.encode()).decode()
         ("deploy.yaml", '        - name: OPENAI_API_KEY\n          value: "abcDEF123456ghiJKL"\n        - name: MODE\n'
          "          value: fast\n", "abcDEF123456ghiJKL"),
         ("deploy.yaml", "  - name: db_password\n    value: kS3cret-Passw0rd\n", "kS3cret-Passw0rd"),
+        # an .env file's (or env's output) passwords under …_PASS, …_PWD, SSHPASS, REDISCLI_AUTH
+        (".env", "DB_USER=app\nDB_PASS=dbS3cret-99x\n", "dbS3cret-99x"),
+        (".env", "SMTP_PASS='smtpS3cret-99x'\n", "smtpS3cret-99x"),
+        (".env", "MYSQL_PWD=myS3cret-99x\n", "myS3cret-99x"),
+        (".env", "export SSHPASS=sshS3cret-99x\n", "sshS3cret-99x"),
+        (".env", "REDISCLI_AUTH=redisS3cret-99x\n", "redisS3cret-99x"),
         # a HashiCorp Vault token (~/.vault-token, vault login's output)
         (".vault-token", "hvs.CAESIJ1a2B3c4D5e6F7g8H9i0JkLmNoPqRsTuVwXyZ01GiAKHGh2cy5hYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ehAB\n",
          "hvs.CAESIJ1a2B3c4D5e6F7g8H9i0JkLmNoPqRsTuVwXyZ01GiAKHGh2cy5hYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ehAB"),
@@ -1302,7 +1308,8 @@ _CLIENT_KEY_DATA = base64.b64encode(PEM.encode()).decode()
     ],
     ids=["py-triple-double", "py-triple-single", "kubeconfig-client-key", "wp-db-password", "wp-auth-key",
          "discord-webhook", "pypi-token", "json-escaped-quote", "json-escaped-backslash", "url-password-at",
-         "age-identity", "k8s-env", "k8s-env-lower", "vault-token", "odbc-pwd"],
+         "age-identity", "k8s-env", "k8s-env-lower", "env-db-pass", "env-smtp-pass", "env-mysql-pwd",
+         "env-sshpass", "env-rediscli-auth", "vault-token", "odbc-pwd"],
 )  # fmt: skip
 def test_a_config_files_secret_reaches_no_file(tmp_path: Path, name: str, content: str, secret: str) -> None:
     """A workspace's config file and the same text a tool returns, each of a shape the scrubber

@@ -1775,3 +1775,14 @@ def test_a_yaml_value_on_the_lines_after_its_name_is_replaced(text: str, secret:
     assert scrub_text(once) == once
     escaped = orjson.dumps(text).decode()
     assert not any(part in scrub_text(escaped) for part in secret.split())
+
+
+def test_a_constants_final_annotation_is_no_value() -> None:
+    """Python's ``NAME: Final = …`` under a credential's name (a compiler's ``DEFAULT_LAST_PASS``,
+    ``SECRET: Final``) read ``Final`` as the value, replaced in source a checkpoint restores; the
+    same names' values are still replaced."""
+    for code in ["DEFAULT_LAST_PASS: Final = 2", "SECRET: Final = 2", "API_TOKEN: Final[str] = 'x'"]:
+        assert Scrubber().text(code) == code
+    assert Scrubber().text("DB_PASS: s3cretPw99") == "DB_PASS: " + expected_placeholder(
+        "secret-assignment", "s3cretPw99"
+    )
