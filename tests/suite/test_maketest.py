@@ -71,7 +71,8 @@ def main() -> int:
 if __name__ == "__main__":
     sys.exit(main())
 '''
-URL = "https://api.openai.com/v1/chat/completions"
+#: A loopback address: the made test replays it, and a call it failed to serve must reach nothing.
+URL = "http://127.0.0.1:9/v1/chat/completions"
 #: The bug: only the status goes back to the model, so it cannot name the order.
 BUGGY = AGENT.replace("TOOL_RESULT", 'result["status"]')
 #: The fix: the whole tool result goes back.
