@@ -1786,3 +1786,24 @@ def test_a_constants_final_annotation_is_no_value() -> None:
     assert Scrubber().text("DB_PASS: s3cretPw99") == "DB_PASS: " + expected_placeholder(
         "secret-assignment", "s3cretPw99"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cd /repo; PWD=/repo ./configure --prefix=/usr\n",
+        "cd build; pwd=$(pwd) make install\n",
+        "The `pwd` of the shell; pwd=/home/user is where it runs\n",
+    ],
+)
+def test_a_shells_pwd_after_a_semicolon_is_no_odbc_password(text: str) -> None:
+    """An ODBC connection string's ``;Pwd=`` was read in any text after a ``;``: a shell command
+    setting PWD had the rest of its line, options and all, replaced by a placeholder. A connection
+    string's password (to its ``;``, its quote or its line's end) is still replaced."""
+    assert scrub_text(text) == text
+    odbc = 'conn = "Driver={ODBC};Server=db;Uid=sa;Pwd=my S3cret x;Encrypt=yes"\n'
+    assert scrub_text(odbc) == odbc.replace(
+        "my S3cret x", expected_placeholder("secret-assignment", "my S3cret x")
+    )
+    last = "Server=db;Uid=sa; PWD=tiger99\n"
+    assert scrub_text(last) == last.replace("tiger99", expected_placeholder("secret-assignment", "tiger99"))
