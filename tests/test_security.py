@@ -1259,6 +1259,8 @@ _CLIENT_KEY_DATA = base64.b64encode(PEM.encode()).decode()
         # Python's triple-quoted literal under a credential's name
         ("settings.py", 'DB_PASSWORD = """hunter2-Triple-77"""\n', "hunter2-Triple-77"),
         ("settings.py", "api_key = '''abcDEF123456ghiJKL'''\n", "abcDEF123456ghiJKL"),
+        # Python's line continued after the name (a long literal on the next line)
+        ("settings.py", 'DB_PASSWORD = \\\n    "hunter2-Continued-77"\n', "hunter2-Continued-77"),
         # a kubeconfig's client key: a PEM private key, base64-encoded (kubectl config view --raw)
         (
             "kubeconfig",
@@ -1306,7 +1308,7 @@ _CLIENT_KEY_DATA = base64.b64encode(PEM.encode()).decode()
         # an ODBC connection string's Pwd=
         ("appsettings.txt", "Driver={ODBC Driver 18};Server=db;Uid=sa;Pwd=odbcS3cret99;Encrypt=yes\n", "odbcS3cret99"),
     ],
-    ids=["py-triple-double", "py-triple-single", "kubeconfig-client-key", "wp-db-password", "wp-auth-key",
+    ids=["py-triple-double", "py-triple-single", "py-continued", "kubeconfig-client-key", "wp-db-password", "wp-auth-key",
          "discord-webhook", "pypi-token", "json-escaped-quote", "json-escaped-backslash", "url-password-at",
          "age-identity", "k8s-env", "k8s-env-lower", "env-db-pass", "env-smtp-pass", "env-mysql-pwd",
          "env-sshpass", "env-rediscli-auth", "vault-token", "odbc-pwd"],
