@@ -1227,7 +1227,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     if cassette is None:
         return (yield)
     if cassette.problem:
-        pytest.fail(cassette.problem, pytrace=False)
+        raise _replay_failure(cassette.problem)
     try:
         result = yield
     except BaseException as exc:
@@ -1253,10 +1253,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
             if site:
                 head, _, rest = failure.partition("\n")
                 failure = f"{head}\nthe call made{site} diverged from the recording.\n{rest}"
-        raise pytest.fail.Exception(failure, pytrace=False) from None
+        raise _replay_failure(failure) from None
     failure, unused = cassette.check()
     if failure or unused:
-        raise pytest.fail.Exception(failure or unused or "", pytrace=False)
+        raise _replay_failure(failure or unused or "")
     return result
 
 
@@ -1270,9 +1270,19 @@ def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
         failure = cassette.check()[0] if cassette is not None and not cassette.problem else None
         if failure is None:
             raise
-        raise pytest.fail.Exception(
-            failure + _then_skipped(exc, "a fixture of the test"), pytrace=False
-        ) from None
+        raise _replay_failure(failure + _then_skipped(exc, "a fixture of the test")) from None
+
+
+#: The attribute the plugin's own failure of a test holds True in (:func:`_replay_failure`).
+_REPLAY_FAILURE = "_forkpoint_replay_failure"
+
+
+def _replay_failure(text: str) -> BaseException:
+    """The failure a test ends with when its cassette did not reproduce (or cannot be used): never
+    the failure an ``xfail`` mark expects (:func:`pytest_runtest_makereport`)."""
+    failed = pytest.fail.Exception(text, pytrace=False)
+    setattr(failed, _REPLAY_FAILURE, True)
+    return failed
 
 
 def _then_skipped(exc: BaseException, who: str) -> str:
@@ -1306,6 +1316,10 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if call.excinfo is not None and getattr(call.excinfo.value, _REPLAY_FAILURE, False) and report.skipped:
+        # (an xfail mark took the replay's failure for the one it expects: xfailed, in green)
+        report.outcome = "failed"
+        vars(report).pop("wasxfail", None)
     item.stash.setdefault(_reports_key, {})[report.when] = report
     return report
 

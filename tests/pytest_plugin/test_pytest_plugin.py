@@ -312,6 +312,38 @@ def test_a_test_that_skips_or_xfails_on_the_divergence_fails_with_it(
     )
 
 
+MARKED_XFAIL = """
+import os
+
+import pytest
+
+from test_agent import ask
+
+
+@pytest.mark.forkpoint
+@pytest.mark.xfail(reason="the model is flaky")
+def test_marked():
+    assert ask(os.environ.get("PROMPT", "Hi")) is not None
+"""
+
+
+def test_a_test_marked_xfail_whose_replay_diverges_fails_with_it(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test marked ``@pytest.mark.xfail`` (not strict: it passed live, XPASS) whose replay
+    diverged was reported as xfailed, in green: the divergence's failure was taken for the failure
+    the mark expects, and said nowhere but with ``-rx``."""
+    pytester.makepyfile(test_agent=INNER, test_marked=MARKED_XFAIL)
+    run(pytester, "test_marked.py").assert_outcomes(xpassed=1)
+    server.stop()
+    monkeypatch.setenv("PROMPT", "Hello")
+    result = run(pytester, "--forkpoint-mode=replay", "test_marked.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*forkpoint: the run diverged from its cassette tests/cassettes/test_marked/test_marked"]
+    )
+
+
 FIXTURE_FIRST = """
 import os
 
