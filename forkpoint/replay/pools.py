@@ -95,6 +95,10 @@ _OF_PROCESSES = "_forkpoint_of_processes"
 #: futures while it recorded (:func:`_of_processes`), once each.
 _processes_taken: weakref.WeakKeyDictionary[Any, list[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
+#: The asyncio futures ``run_in_executor`` made of a process pool's (:func:`_install_run_in_executor`),
+#: which :func:`_of_processes` counts as the pool's own.
+_of_process_pool: weakref.WeakSet[Any] = weakref.WeakSet()
+
 #: The text of the note a recording keeps of them (:func:`end_recording`).
 PROCESS_POOLS = "a process pool's futures were taken as they finished"
 
@@ -136,7 +140,7 @@ def install(mode: str) -> None:
     def yielded(fs: list[Any], waiter: Any, ref_collect: Any) -> Iterator[Any]:
         rt = runtime.active()
         if rt is not None:
-            _of_processes(rt, "as_completed", sys._getframe(2), fs)  # (→ as_completed →)
+            _of_processes(rt, "as_completed", _place(sys._getframe(2)), fs)  # (→ as_completed →)
         if rt is not None and rt.mode == "replay":
             fs.sort(key=_finished_at, reverse=True)  # (popped from the end: the first finished first)
         return real(fs, waiter, ref_collect)  # type: ignore[no-any-return]
@@ -278,10 +282,9 @@ def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[An
     if not first and seen.get("return_when") != futures_base.FIRST_EXCEPTION and seen.get("timeout") is None:
         return done, not_done  # (it returns when all have finished: nothing to hold)
     usual = 1 if first else len(done) + len(not_done)
-    _of_processes(rt, "wait", caller.f_back, done)
-    done, not_done, short = _as_live(
-        rt, "threads", _place(caller.f_back), done, not_done, _finished_at, usual
-    )
+    at = _place(caller.f_back)
+    _of_processes(rt, "wait", at, done)
+    done, not_done, short = _as_live(rt, "threads", at, done, not_done, _finished_at, usual)
     if short is not None:  # (decided holding the futures' locks: it cannot wait for more here)
         _said_short(rt, short)
     return done, not_done
@@ -312,6 +315,7 @@ def install_asyncio(aio: Any, mode: str) -> None:
             # (finished, but its callback queued behind the one that woke this wait: once round the
             # loop, it has run; the callbacks of futures that finished later run after it)
             await aio.sleep(0)
+        _of_processes(rt, "asyncio.wait", at, done)
         first = 1 if return_when == aio.FIRST_COMPLETED else len(fs)
         done, pending, short = _as_live(rt, "asyncio", at, done, pending, _finished_in_loop, first)
         if short is not None:
@@ -323,6 +327,28 @@ def install_asyncio(aio: Any, mode: str) -> None:
     waited.__forkpoint_pools__ = True  # type: ignore[attr-defined]
     tasks._wait = waited  # type: ignore[union-attr]
     _install_as_completed(aio, mode)
+    _install_run_in_executor(aio)
+
+
+def _install_run_in_executor(aio: Any) -> None:
+    """Wrap the event loop's ``run_in_executor`` so that the futures it makes of a process pool's
+    are known as such (:data:`_of_process_pool`): asyncio's own future is finished by the loop, not
+    by the pool's manager thread (:func:`_stamping`). Another loop's (uvloop's) is not wrapped."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    loop_class = getattr(getattr(aio, "base_events", None), "BaseEventLoop", None)
+    if loop_class is None or (real := _to_wrap(loop_class, "run_in_executor", "record")) is None:
+        return
+
+    @functools.wraps(real)
+    def run_in_executor(self: Any, executor: Any, func: Any, *args: Any) -> Any:
+        future = real(self, executor, func, *args)
+        if isinstance(executor, ProcessPoolExecutor) and runtime.active() is not None:
+            _of_process_pool.add(future)
+        return future
+
+    run_in_executor.__forkpoint_pools__ = True  # type: ignore[attr-defined]
+    loop_class.run_in_executor = run_in_executor
 
 
 def _install_as_completed(aio: Any, mode: str) -> None:
@@ -342,6 +368,9 @@ def _install_as_completed(aio: Any, mode: str) -> None:
     def as_completed(fs: Any, *, timeout: Any = None) -> Iterator[Any]:
         rt = runtime.active()
         loop = aio._get_running_loop()
+        if rt is not None and not (aio.isfuture(fs) or aio.iscoroutine(fs)):
+            fs = list(fs)  # (read once, here and by as_completed)
+            _of_processes(rt, "asyncio.as_completed", _place(sys._getframe(1)), fs)
         if rt is None or rt.mode != "replay" or loop is None or aio.isfuture(fs) or aio.iscoroutine(fs):
             yield from real(fs, timeout=timeout)  # (its errors as it raises them)
             return
@@ -363,13 +392,13 @@ async def _result_of(aio: Any, future: Any, settle: bool) -> Any:
     return future.result()
 
 
-def _of_processes(rt: runtime.Runtime, how: str, frame: FrameType | None, finished: Iterable[Any]) -> None:
-    """Note that an ``as_completed`` or ``wait`` (``how``) made in ``frame`` took a process pool's
+def _of_processes(rt: runtime.Runtime, how: str, at: str, finished: Iterable[Any]) -> None:
+    """Note that an ``as_completed`` or ``wait`` (``how``) made ``at`` took a process pool's
     finished futures, whose order and number a replay does not hold: told to the replay, or kept
     for the recording's end (:func:`end_recording`)."""
-    if not any(getattr(f, _OF_PROCESSES, False) for f in finished):
+    if not any(getattr(f, _OF_PROCESSES, False) or f in _of_process_pool for f in finished):
         return
-    at, said = _place(frame), getattr(rt, "not_held", None)
+    said = getattr(rt, "not_held", None)
     if rt.mode == "replay":
         if callable(said):
             said(how, at)

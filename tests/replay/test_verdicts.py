@@ -1263,6 +1263,68 @@ def test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held(tmp_pat
     ) in said, said
 
 
+#: :data:`PROCESS_POOL` through asyncio: the pool's futures made asyncio's by ``run_in_executor``.
+ASYNC_PROCESS_POOL = """
+import asyncio, sys, time
+from concurrent.futures import ProcessPoolExecutor
+
+import forkpoint
+
+
+@forkpoint.tool
+def work(name, delay):
+    time.sleep(delay)
+    return name
+
+
+async def main():
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(4) as pool:
+        fs = [loop.run_in_executor(pool, work, n, d) for n, d in (("slow", 0.5), ("fast", 0.01), ("mid", 0.25))]
+        if sys.argv[1] == "asyncio.as_completed":
+            seen = []
+            for f in asyncio.as_completed(fs):
+                seen.append(await f)
+            print(seen)
+        else:
+            seen, pending = [], set(fs)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                seen.append(sorted(f.result() for f in done))
+            print(seen)
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("how", ["asyncio.as_completed", "asyncio.wait"])
+def test_a_process_pool_s_futures_taken_through_asyncio_are_said_not_held(tmp_path: Path, how: str) -> None:
+    """:func:`test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held` through asyncio
+    (``run_in_executor`` on a process pool): ``asyncio.as_completed`` handed the results back in
+    another order than live (['slow', 'fast', 'mid'] for ['fast', 'mid', 'slow']) under a plain
+    "replay ok: 3/3 events matched", and ``asyncio.wait``'s were said only as waits that could not be
+    told apart from other processes'."""
+    (tmp_path / "agent.py").write_text(ASYNC_PROCESS_POOL)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = [sys.executable, "-m", "forkpoint.cli"]
+    rec = subprocess.run(
+        [*run, "record", "--no-workspace", "--store", "s", "--", sys.executable, "agent.py", how],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    at = "__main__:main+6" if how == "asyncio.as_completed" else "__main__:main+12"
+    assert f"this run took a process pool's futures as they finished ({how} at {at}" in " ".join(
+        rec.stderr.split()
+    ), rec.stderr
+    rep = subprocess.run(
+        [*run, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+    said = " ".join(rep.stderr.split())
+    assert "replay ok, but not certain: " in said, said
+    assert f"1 {how} on a process pool's futures (ProcessPoolExecutor, {at}) was not held" in said, said
+
+
 #: A program that polls a slow call once (nothing has finished), then forks a worker that makes a
 #: call and polls its three calls at the same place until all have finished; it prints what the
 #: worker's polls got, runs of alike polls as one.
