@@ -1232,37 +1232,6 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("how", ["as_completed", "wait"])
-def test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held(tmp_path: Path, how: str) -> None:
-    """A process pool's futures are finished by its manager thread as the workers' results come
-    back, served at once on replay: ``as_completed`` handed them back in another order than live
-    under a plain "replay ok" (a reviewer's trial, 2026-12-07), and a ``wait`` got other futures,
-    said only as waits that could not be told apart from other processes'. Not held: said, when
-    recorded and in the verdict."""
-    (tmp_path / "agent.py").write_text(PROCESS_POOL)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = [sys.executable, "-m", "forkpoint.cli"]
-    rec = subprocess.run(
-        [*run, "record", "--no-workspace", "--store", "s", "--", sys.executable, "agent.py", how],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert rec.returncode == 0, rec.stderr
-    at = "__main__:<module>+18" if how == "as_completed" else "__main__:<module>+24"
-    assert (
-        f"forkpoint: WARNING: this run took a process pool's futures as they finished ({how} at {at}, "
-        "ProcessPoolExecutor): a replay does not hold the order and number they finished in"
-    ) in " ".join(rec.stderr.split()), rec.stderr
-    rep = subprocess.run(
-        [*run, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )  # fmt: skip
-    said = " ".join(rep.stderr.split())
-    assert "replay ok, but not certain: " in said, said
-    assert (
-        f"1 {how} on a process pool's futures (ProcessPoolExecutor, {at}) was not held to the order and "
-        "number they finished in live"
-    ) in said, said
-
-
 #: :data:`PROCESS_POOL` through asyncio: the pool's futures made asyncio's by ``run_in_executor``.
 ASYNC_PROCESS_POOL = """
 import asyncio, sys, time
@@ -1298,14 +1267,26 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.parametrize("how", ["asyncio.as_completed", "asyncio.wait"])
-def test_a_process_pool_s_futures_taken_through_asyncio_are_said_not_held(tmp_path: Path, how: str) -> None:
-    """:func:`test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held` through asyncio
-    (``run_in_executor`` on a process pool): ``asyncio.as_completed`` handed the results back in
-    another order than live (['slow', 'fast', 'mid'] for ['fast', 'mid', 'slow']) under a plain
-    "replay ok: 3/3 events matched", and ``asyncio.wait``'s were said only as waits that could not be
-    told apart from other processes'."""
-    (tmp_path / "agent.py").write_text(ASYNC_PROCESS_POOL)
+@pytest.mark.parametrize(
+    ("program", "how", "at"),
+    [
+        (PROCESS_POOL, "as_completed", "__main__:<module>+18"),
+        (PROCESS_POOL, "wait", "__main__:<module>+24"),
+        (ASYNC_PROCESS_POOL, "asyncio.as_completed", "__main__:main+6"),
+        (ASYNC_PROCESS_POOL, "asyncio.wait", "__main__:main+12"),
+    ],
+)
+def test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held(
+    tmp_path: Path, program: str, how: str, at: str
+) -> None:
+    """A process pool's futures are finished by its manager thread as the workers' results come
+    back, served at once on replay: ``as_completed`` handed them back in another order than live
+    under a plain "replay ok" (a reviewer's trial, 2026-12-07), and a ``wait`` got other futures,
+    said only as waits that could not be told apart from other processes'; the same through asyncio
+    (``run_in_executor``: its futures finished by the event loop), ['slow', 'fast', 'mid'] for
+    ['fast', 'mid', 'slow'] under "replay ok: 3/3 events matched". Not held: said, when recorded and
+    in the verdict."""
+    (tmp_path / "agent.py").write_text(program)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = [sys.executable, "-m", "forkpoint.cli"]
     rec = subprocess.run(
@@ -1313,16 +1294,19 @@ def test_a_process_pool_s_futures_taken_through_asyncio_are_said_not_held(tmp_pa
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert rec.returncode == 0, rec.stderr
-    at = "__main__:main+6" if how == "asyncio.as_completed" else "__main__:main+12"
-    assert f"this run took a process pool's futures as they finished ({how} at {at}" in " ".join(
-        rec.stderr.split()
-    ), rec.stderr
+    assert (
+        f"forkpoint: WARNING: this run took a process pool's futures as they finished ({how} at {at}, "
+        "ProcessPoolExecutor): a replay does not hold the order and number they finished in"
+    ) in " ".join(rec.stderr.split()), rec.stderr
     rep = subprocess.run(
         [*run, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )  # fmt: skip
     said = " ".join(rep.stderr.split())
     assert "replay ok, but not certain: " in said, said
-    assert f"1 {how} on a process pool's futures (ProcessPoolExecutor, {at}) was not held" in said, said
+    assert (
+        f"1 {how} on a process pool's futures (ProcessPoolExecutor, {at}) was not held to the order and "
+        "number they finished in live"
+    ) in said, said
 
 
 #: A program that polls a slow call once (nothing has finished), then forks a worker that makes a
