@@ -481,13 +481,15 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?P<s>(?(vq)[^\"'\r\n]+|[^\s\"'#<>{}\[$][^\s\"'#]*))(?(vq)(?P=vq))",
     ),
     # An ODBC connection string's Pwd= (Password= is an assignment below), its value in braces or
-    # ending where the string's next part does (a ";"), or at its quote or line's end if one word:
-    # a shell's "cd /x; PWD=/x ./configure …" is no connection string.
+    # ending where the string's next part does (a ";"), or at its quote (escaped too: not the
+    # backslash) or line's end if one word: a shell's "cd /x; PWD=/x ./configure …" is no
+    # connection string.
     (
         "secret-assignment",
         ("pwd",),
         r"(?:(?<=;)|(?<=; ))(?i:pwd)[ \t]*=[ \t]*"
-        r"(?P<s>\{[^}\r\n]*\}|[^;\s{\"'][^;\s\"']*(?=[;\"'\r\n]|$)|[^;\s{\"'][^;\r\n\"']*(?=;))",
+        r"(?P<s>\{[^}\r\n]*\}|[^;\s{\"'\\](?:[^;\s\"']*[^;\s\"'\\])?(?=\\*[\"']|[;\r\n]|$)"
+        r"|[^;\s{\"'][^;\r\n\"']*(?=;))",
     ),
     # YAML: a block scalar's lines after a name of either unquoted shape below (token: |,
     # password: >-), whatever they hold: from the first line's indentation on, to the first line

@@ -1807,3 +1807,10 @@ def test_a_shells_pwd_after_a_semicolon_is_no_odbc_password(text: str) -> None:
     )
     last = "Server=db;Uid=sa; PWD=tiger99\n"
     assert scrub_text(last) == last.replace("tiger99", expected_placeholder("secret-assignment", "tiger99"))
+    # (JSON-escaped, the string's quote escaped: the backslash is no part of the password)
+    inner = {"conn": "Server=db;Uid=sa;Pwd=tiger99"}
+    scrubbed = {"conn": "Server=db;Uid=sa;Pwd=" + expected_placeholder("secret-assignment", "tiger99")}
+    escaped = orjson.dumps({"text": orjson.dumps(inner).decode()}).decode()
+    assert orjson.loads(orjson.loads(scrub_text(escaped))["text"]) == scrubbed
+    twice = orjson.dumps({"text": escaped}).decode()
+    assert orjson.loads(orjson.loads(orjson.loads(scrub_text(twice))["text"])["text"]) == scrubbed
