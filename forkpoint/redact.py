@@ -459,7 +459,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
         r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
         r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
-        r"[ \t]*[=:](?:[ \t]*(?P<t>\"\"\"|''')|(?:[ \t]*\\?[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
+        r"[ \t]*[=:](?:[ \t]*(?P<t>(?:\\?\"){3}|''')|(?:[ \t]*\\?[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
         r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)(?(t)(?P=t)|\\?(?P=q))",
     ),
     # PHP's define() of a credential's constant (wp-config.php's DB_PASSWORD, AUTH_KEY, …_SALT):
@@ -477,8 +477,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "secret-assignment",
         ("name:",),
         r"name:[ \t]*[\"']?[A-Za-z0-9_.\-]*?(?<![A-Za-z0-9])(?i:password|passwd|passphrase|secret|token|api_?key"
-        r"|access_?key|private_?key|credentials?)[\"']?[ \t]*\r?\n[ \t]+value:[ \t]*(?P<vq>[\"'])?"
-        r"(?P<s>(?(vq)[^\"'\r\n]+|[^\s\"'#<>{}\[$][^\s\"'#]*))(?(vq)(?P=vq))",
+        r"|access_?key|private_?key|credentials?)[\"']?[ \t]*\r?\n[ \t]+value:[ \t]*(?P<vq>\\?[\"'])?"
+        r"(?P<s>(?(vq)(?:[^\"'\\\r\n]|\\[^\"'\r\n])+|[^\s\"'#<>{}\[$\\][^\s\"'#]*))(?(vq)(?P=vq))",
     ),
     # An ODBC connection string's Pwd= (Password= is an assignment below), its value in braces or
     # ending where the string's next part does (a ";"), or at its quote (escaped too: not the

@@ -1307,17 +1307,24 @@ _CLIENT_KEY_DATA = base64.b64encode(PEM.encode()).decode()
          "hvs.CAESIJ1a2B3c4D5e6F7g8H9i0JkLmNoPqRsTuVwXyZ01GiAKHGh2cy5hYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ehAB"),
         # an ODBC connection string's Pwd=
         ("appsettings.txt", "Driver={ODBC Driver 18};Server=db;Uid=sa;Pwd=odbcS3cret99;Encrypt=yes\n", "odbcS3cret99"),
+        # JSON-escaped, in a JSON file's string: a notebook's cell, a config map's manifest (kubectl -o json)
+        ("notebook.ipynb", json.dumps({"cells": [{"source": ['DB_PASSWORD = """hunter2-Triple-77"""\n']}]}),
+         "hunter2-Triple-77"),
+        ("cm.json", json.dumps({"data": {"env.yaml": '- name: DB_PASSWORD\n  value: "kS3cret-Passw0rd"\n'}}),
+         "kS3cret-Passw0rd"),
     ],
     ids=["py-triple-double", "py-triple-single", "py-continued", "kubeconfig-client-key", "wp-db-password", "wp-auth-key",
          "discord-webhook", "pypi-token", "json-escaped-quote", "json-escaped-backslash", "url-password-at",
          "age-identity", "k8s-env", "k8s-env-lower", "env-db-pass", "env-smtp-pass", "env-mysql-pwd",
-         "env-sshpass", "env-rediscli-auth", "vault-token", "odbc-pwd"],
+         "env-sshpass", "env-rediscli-auth", "vault-token", "odbc-pwd", "ipynb-triple", "json-k8s-env"],
 )  # fmt: skip
 def test_a_config_files_secret_reaches_no_file(tmp_path: Path, name: str, content: str, secret: str) -> None:
     """A workspace's config file and the same text a tool returns, each of a shape the scrubber
     did not know, were stored with the secret in the clear: a Python triple-quoted literal, a
     kubeconfig's base64 client key (a certificate's data, public, is kept), a wp-config.php's
-    define(), a Discord webhook's URL, a PyPI token."""
+    define(), a Discord webhook's URL, a PyPI token; a triple-quoted literal and a Kubernetes env
+    entry JSON-escaped (a notebook's cell, a config map in kubectl's JSON) were stored in the clear
+    too, the env entry's value with its escaping backslash replaced, and the JSON broken."""
     repo = _repo(tmp_path)
     (repo / name).write_text(content)
 
