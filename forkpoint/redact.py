@@ -450,16 +450,15 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # self.auth_token = '…', apiKey: "…", Python's api_key = """…"""). Not any "…token" (a
     # tokenizer's eos_token = "</s>"). Spaces inside (a passphrase) but not at either end: that is
     # code around two literals ("Password: " + pw + "!"). On its name's line, or YAML's indented
-    # under it, or Python's after a "\" ending the line (two spaces or a tab: one is what an
-    # escaped line break reads as; not triple-quoted:
-    # a docstring under def f() -> PrivateKey:); not a quotation that starts the next line ("the
-    # secret:" and then "…").
+    # under it, or Python's after a "\" ending the line ("\\" JSON-escaped) (two spaces or a tab:
+    # one is what an escaped line break reads as; not triple-quoted: a docstring under
+    # def f() -> PrivateKey:); not a quotation that starts the next line ("the secret:" and then "…").
     (
         "secret-assignment",
         ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
         r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
         r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
-        r"[ \t]*[=:](?:[ \t]*(?P<t>(?:\\?\"){3}|''')|(?:[ \t]*\\?[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
+        r"[ \t]*[=:](?:[ \t]*(?P<t>(?:\\?\"){3}|''')|(?:[ \t]*\\{0,2}[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
         r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)(?(t)(?P=t)|\\?(?P=q))",
     ),
     # PHP's define() of a credential's constant (wp-config.php's DB_PASSWORD, AUTH_KEY, …_SALT):

@@ -1312,11 +1312,14 @@ _CLIENT_KEY_DATA = base64.b64encode(PEM.encode()).decode()
          "hunter2-Triple-77"),
         ("cm.json", json.dumps({"data": {"env.yaml": '- name: DB_PASSWORD\n  value: "kS3cret-Passw0rd"\n'}}),
          "kS3cret-Passw0rd"),
+        ("files.json", json.dumps({"settings.py": 'DB_PASSWORD = \\\n    "hunter2-Continued-77"\n'}),
+         "hunter2-Continued-77"),
     ],
     ids=["py-triple-double", "py-triple-single", "py-continued", "kubeconfig-client-key", "wp-db-password", "wp-auth-key",
          "discord-webhook", "pypi-token", "json-escaped-quote", "json-escaped-backslash", "url-password-at",
          "age-identity", "k8s-env", "k8s-env-lower", "env-db-pass", "env-smtp-pass", "env-mysql-pwd",
-         "env-sshpass", "env-rediscli-auth", "vault-token", "odbc-pwd", "ipynb-triple", "json-k8s-env"],
+         "env-sshpass", "env-rediscli-auth", "vault-token", "odbc-pwd", "ipynb-triple", "json-k8s-env",
+         "json-py-continued"],
 )  # fmt: skip
 def test_a_config_files_secret_reaches_no_file(tmp_path: Path, name: str, content: str, secret: str) -> None:
     """A workspace's config file and the same text a tool returns, each of a shape the scrubber
