@@ -210,7 +210,7 @@ def _chat_interaction(n: int) -> dict[str, Any]:
     return {
         "request": {
             "method": "POST",
-            "uri": "https://api.openai.com/v1/chat/completions",
+            "uri": "http://127.0.0.1:9/v1/chat/completions",  # (imported only: never requested)
             "body": json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{n}"}]}),
             "headers": {"content-type": ["application/json"]},
         },

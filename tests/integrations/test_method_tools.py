@@ -474,6 +474,7 @@ def test_an_agno_tool_that_changes_the_session_state_is_said_and_its_replay_is_n
     its docs have tools change (``run_context.session_state["shopping_list"].append(item)``): the
     recording did not say it, and a replay, which does not run the tool, ended with the list empty
     where the recorded run had ``["milk"]``, under "replay ok"."""
+    # (the test extra installs it: skipped, saying so, only in an install without it)
     pytest.importorskip("agno")
     from agno.agent import Agent
     from agno.models.openai import OpenAIChat
@@ -497,6 +498,7 @@ def test_a_strands_tool_that_changes_the_agents_state_is_said_and_its_replay_is_
     """strands hands a ``@tool(context=True)`` its ``ToolContext``, through which its docs have tools
     keep state in the agent (``tool_context.agent.state.set(...)``): the recording did not say it,
     and a replay, which does not run the tool, ended with the list empty, under "replay ok"."""
+    # (the test extra installs it: skipped, saying so, only in an install without it)
     pytest.importorskip("strands")
     from strands import Agent, tool
     from strands.models.openai import OpenAIModel

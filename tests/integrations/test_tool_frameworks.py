@@ -795,6 +795,7 @@ def test_an_agno_tool_whose_result_agno_cached_replays_from_the_session_alone(
     name a tool forkpoint already recorded), and its replay elsewhere diverged. A cache answer is
     recorded as the tool's call, a replay serves every call from the session whatever agno's cache
     holds, and leaves that cache as it was (an override's answer never reaches it)."""
+    # (the test extra installs it: skipped, saying so, only in an install without it)
     pytest.importorskip("agno")
     cache = tmp_path / "agno-cache"
     with LocalServer(chat_script=[ADD, "2 + 3 = 5"]) as server:
@@ -864,6 +865,7 @@ def test_agno_s_cache_of_model_answers_is_said_when_recording_and_replaying(
     held the answer (and diverged without it); a replay right after a recording found the live
     run's answer there and said only that recorded calls went unused. Both say what agno's cache
     answered, as for DSPy's, and a replay's answers never reach agno's disk."""
+    # (the test extra installs it: skipped, saying so, only in an install without it)
     pytest.importorskip("agno")
     cache = tmp_path / "agno-cache"
     with LocalServer(chat_script=[ADD, "2 + 3 = 5"]) as server:
