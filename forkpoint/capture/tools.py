@@ -1583,12 +1583,27 @@ _PLAIN_LENGTHS = frozenset(
 )
 
 
+class ItemsBut:
+    """The items of the dict ``of`` but those keyed in ``but``, to watch (:func:`objects_watched`):
+    state a framework hands a tool in a dict it also writes its own keys to while tools run."""
+
+    def __init__(self, of: dict[Any, Any], but: frozenset[str]) -> None:
+        self.of, self.but = of, but
+
+
+def _identity(obj: Any) -> int:
+    """What tells the objects watched apart: an :class:`ItemsBut`'s is its dict's."""
+    return id(obj.of) if isinstance(obj, ItemsBut) else id(obj)
+
+
 def _attributes(obj: Any) -> dict[str, Any] | None:
     """Each attribute of ``obj`` (each item of a dict), keyed as it is named after the object
     (``.total``, ``['cart']``), as far as a change made in place shows cheaply — a number or a
     string itself, one of Python's containers its identity and length (:data:`_PLAIN_LENGTHS`),
     anything else its identity; None for an object with neither (a number, a string, a class)."""
-    if isinstance(obj, dict):
+    if isinstance(obj, ItemsBut):
+        items = [(f"[{k!r}]", v) for k, v in list(obj.of.items()) if k not in obj.but]
+    elif isinstance(obj, dict):
         items = [(f"[{k!r}]", v) for k, v in list(obj.items())]
     else:
         attrs = _own_dict(obj)
@@ -1725,7 +1740,7 @@ def objects_watched(tool: str, objects: dict[str, Any], fn: Any = None) -> Itera
     me = _Watch(tool)
     with _watching_lock:
         for obj, _ in before.values():
-            running = _watching.setdefault(id(obj), [])
+            running = _watching.setdefault(_identity(obj), [])
             for other in running:
                 other.beside.add(tool)
                 me.beside.add(other.tool)
@@ -1735,11 +1750,11 @@ def objects_watched(tool: str, objects: dict[str, Any], fn: Any = None) -> Itera
     finally:
         with _watching_lock:
             for obj, _ in before.values():
-                running = _watching.get(id(obj), [])
+                running = _watching.get(_identity(obj), [])
                 if me in running:
                     running.remove(me)
                 if not running:
-                    _watching.pop(id(obj), None)
+                    _watching.pop(_identity(obj), None)
         changed = [
             c
             for label, (obj, state) in before.items()

@@ -8,8 +8,9 @@ of the tool use, which strands hands the whole invocation state: ids and timings
 one call it runs on a copy of the tool whose function is wrapped, so strands' own work — input
 validation, injecting ``agent`` / ``tool_context``, turning the return value or an exception into
 a ``ToolResult`` — happens as usual, live and on replay; only the function's work is served from
-the session. A tool that changes the agent's ``state`` is said while recording (a replay does not
-make that change: :func:`_handed`). The event's ``tool`` is the tool's ``tool_name``, ``args`` the model's input,
+the session. A tool that changes the agent's ``state``, or the invocation state the program passed
+the agent, is said while recording (a replay does not make that change: :func:`_handed`). The
+event's ``tool`` is the tool's ``tool_name``, ``args`` the model's input,
 ``call_id`` the model's id for the call (``toolUseId``: a replay tells identical calls of
 concurrent runs apart by it), ``result`` the function's return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`).
 A streaming tool's items are passed on live as it yields them and recorded as the list of them; on replay they are yielded
@@ -83,15 +84,38 @@ def patch_module_tools(module: ModuleType) -> None:
     _record_calls(module.PythonAgentTool)
 
 
+#: The keys strands itself writes to the invocation state (:mod:`strands.tools.executors._executor`
+#: for every tool it starts, :mod:`strands.event_loop.event_loop` for every cycle): a tool running
+#: meanwhile did not change them.
+_STRANDS_KEYS = frozenset(
+    {
+        "agent",
+        "model",
+        "messages",
+        "system_prompt",
+        "tool_config",
+        "event_loop_cycle_id",
+        "event_loop_cycle_trace",
+        "event_loop_cycle_span",
+        "event_loop_parent_cycle_id",
+    }
+)
+
+
 def _handed(invocation_state: Any) -> dict[str, Any]:
     """What strands hands a tool besides the model's input (its ``ToolContext``, or ``agent``) in
-    which its docs have tools keep state: the agent's ``state`` (its items, kept in ``_data``). Not
-    the invocation state: strands puts a new ``tool_config`` in it for every tool it starts, which
-    a tool running meanwhile would be said to have changed."""
-    state = (
-        getattr(invocation_state.get("agent"), "state", None) if isinstance(invocation_state, dict) else None
-    )
-    return {"agent.state": getattr(state, "_data", None)}
+    which its docs have tools keep state: the agent's ``state`` (its items, kept in ``_data``), and
+    the invocation state (the program's own dict, ``agent(..., invocation_state=state)``) but the
+    keys strands writes to it itself (:data:`_STRANDS_KEYS`)."""
+    from ..capture.tools import ItemsBut  # (imported at every start)
+
+    if not isinstance(invocation_state, dict):
+        return {"agent.state": None}
+    state = getattr(invocation_state.get("agent"), "state", None)
+    return {
+        "agent.state": getattr(state, "_data", None),
+        "invocation_state": ItemsBut(invocation_state, _STRANDS_KEYS),
+    }
 
 
 def _record_calls(cls: Any) -> None:

@@ -522,3 +522,36 @@ def test_a_strands_tool_that_changes_the_agents_state_is_said_and_its_replay_is_
         return agent.state.get("shopping_list")
 
     _shopping_list_change_is_said(run, "agent.state['shopping_list']", tmp_path, capsys)
+
+
+def test_a_strands_tool_that_changes_the_invocation_state_is_said_and_its_replay_is_not_plain_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """strands hands a tool the dict the program passed as ``agent(..., invocation_state=state)``
+    (``tool_context.invocation_state``, the very dict), which its docs have tools read and write:
+    the recording did not say the tool changed it, and a replay, which does not run the tool, ended
+    with the program's list empty where the recorded run had ``["milk"]``, under "replay ok"."""
+    # (the test extra installs it: skipped, saying so, only in an install without it)
+    pytest.importorskip("strands")
+    from strands import Agent, tool
+    from strands.models.openai import OpenAIModel
+
+    @tool(context=True)
+    def add_item(item: str, tool_context: ToolContext) -> str:
+        """Add an item to the shopping list.
+
+        Args:
+            item: the item
+        """
+        tool_context.invocation_state["shopping_list"].append(item)
+        return f"added {item}"
+
+    def run(url: str) -> Any:
+        model = OpenAIModel(
+            client_args={"base_url": url + "/v1", "api_key": "sk-x", "max_retries": 0}, model_id="m"
+        )
+        state: dict[str, Any] = {"shopping_list": []}
+        Agent(model=model, tools=[add_item], callback_handler=None)("Add milk.", invocation_state=state)
+        return state["shopping_list"]
+
+    _shopping_list_change_is_said(run, "invocation_state['shopping_list']", tmp_path, capsys)
