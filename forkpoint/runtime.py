@@ -59,6 +59,9 @@ class Runtime(Protocol):
     #: Requests a framework answered from its own cache of model answers (DSPy's), by framework:
     #: they never reached the model, so they are neither recorded nor asked of a replay.
     cache_answers: Counter[str]
+    #: A digest of the state each framework keeps on disk, by its path, as it was when the framework
+    #: opened it (None: nothing there): :func:`opened_store`.
+    stored_states: dict[str, str | None]
 
     def before_model_call(self, request: HttpRequest) -> None:
         """A model call is about to be sent for real (a recorder takes a checkpoint here)."""
@@ -811,6 +814,25 @@ def answered_from_cache(framework: str) -> None:
     if counts is not None:
         with _lock:
             counts[framework] += 1
+
+
+#: The text of the note a recording keeps of the state a framework keeps on disk as it opened it
+#: (:func:`opened_store`).
+STORED_STATE = "a framework opened the state it keeps on disk"
+
+
+def opened_store(store: str, path: str, digest: str | None) -> None:
+    """The framework ``store`` (its name and the class, ``strands' FileSessionManager``) opened the
+    state it keeps on disk at ``path``, which held ``digest`` (None: nothing yet). Kept, and noted
+    while recording: a replay that diverges where the agent started from another state (an earlier
+    run's conversation left in the directory) says so (:attr:`Runtime.stored_states`)."""
+    rt = active()
+    if rt is None:
+        return
+    rt.stored_states[path] = digest
+    note = getattr(rt, "note", None)
+    if callable(note):
+        note(STORED_STATE, stored_state={"store": store, "path": path, "digest": digest})
 
 
 #: How to turn off each framework's cache of model answers (by its name in :attr:`Runtime.cache_answers`),

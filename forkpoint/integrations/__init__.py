@@ -32,7 +32,9 @@ body never runs), live when the replay says so. What each integration patches:
 * **strands-agents** (:mod:`.strands`): ``DecoratedFunctionTool.stream`` and
   ``PythonAgentTool.stream`` (module tools), recording the function (a streaming tool's items too); the Gemini model's made-up tool call ids, under ``deterministic``;
   the names of its own tools, which have no function to record: structured output
-  (``structured_output_model=``), agents as tools and sub-agents (their calls are recorded).
+  (``structured_output_model=``), agents as tools and sub-agents (their calls are recorded); the
+  session a ``FileSessionManager`` keeps on disk as it opens it, which a divergence names when it
+  differs from the recorded run's.
 * **agno** (:mod:`.agno`): ``FunctionCall._execute`` / ``_aexecute``, recording the entrypoint;
   ``Function``'s cache of tool results, whose answers are recorded as calls; and its models' cache of
   answers, counted and said.
@@ -115,6 +117,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
         "strands.tools.tools",
         "strands.tools.mcp.mcp_client",
         "strands.models.gemini",
+        "strands.session.file_session_manager",
         "strands.tools.structured_output.structured_output_tool",
         "strands.agent._agent_as_tool",
         "strands.vended_tools.subagent.subagent",

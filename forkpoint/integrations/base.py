@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import hashlib
 import importlib
+import os
 import re
 import sys
 import threading
@@ -49,6 +51,25 @@ _patched: set[tuple[str, str]] = set()  # (module, patching function)
 _originals: list[tuple[Any, str, Any]] = []
 _finder: imports.ExecHook | None = None
 _registry: list[Integration] | None = None
+
+
+def stored_state(store: str, path: str) -> None:
+    """Keep (and, recording, note) what the state ``store`` keeps on disk at ``path`` (a file, or a
+    folder of them) holds as the framework opens it: :func:`forkpoint.runtime.opened_store`. A state
+    that cannot be read is left out: the divergence then names nothing, no worse."""
+    if runtime.active() is None:
+        return
+    where = os.path.abspath(path)
+    files = sorted(os.path.join(d, f) for d, _, names in os.walk(where) for f in names)
+    digest = hashlib.sha256()
+    try:
+        for f in [where] if os.path.isfile(where) else files:
+            digest.update(os.path.relpath(f, where).encode() + b"\0")
+            with open(f, "rb") as held:
+                digest.update(held.read())
+    except OSError:
+        return
+    runtime.opened_store(store, where, digest.hexdigest() if os.path.exists(where) else None)
 
 
 def replace(owner: Any, name: str, new: Any) -> bool:

@@ -34,6 +34,7 @@ recorded one by one.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 from collections.abc import AsyncIterator, Callable
@@ -42,7 +43,16 @@ from typing import Any
 
 from .. import runtime
 from ..capture.tracebacks import hidden
-from .base import Integration, asked_as, json_args, recorded_function, records, replace, tool_call_id
+from .base import (
+    Integration,
+    asked_as,
+    json_args,
+    recorded_function,
+    records,
+    replace,
+    stored_state,
+    tool_call_id,
+)
 
 
 class _Ids(ModuleType):
@@ -142,6 +152,27 @@ def _record_calls(cls: Any) -> None:
     replace(cls, "stream", stream)
 
 
+def patch_session_file(module: ModuleType) -> None:
+    """Wrap ``FileSessionManager.__init__`` of ``strands.session.file_session_manager``: the
+    conversation and state it keeps in a folder of the session's, which the agent starts from, is
+    read as strands opens it (:func:`.base.stored_state`)."""
+    cls = getattr(module, "FileSessionManager", None)
+    original = getattr(cls, "__init__", None)
+    if cls is None or original is None:  # (another version: a divergence names less, nothing worse)
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, session_id: str, storage_dir: str | None = None, **kwargs: Any) -> None:
+        with hidden:
+            # strands' own path of the session (it validates the id: a bad one raises in __init__)
+            self.storage_dir = storage_dir or self._default_storage_dir()
+            with contextlib.suppress(ValueError):
+                stored_state("strands' FileSessionManager", self._get_session_path(session_id))
+        original(self, session_id, storage_dir, **kwargs)
+
+    replace(cls, "__init__", __init__)
+
+
 def patch_mcp_client(module: ModuleType) -> None:
     """Wrap ``MCPClient.call_tool_sync`` and ``call_tool_async`` of ``strands.tools.mcp.mcp_client``:
     the MCP request they make (recorded by :mod:`.mcp`, on the client's own thread, which gets the
@@ -194,6 +225,7 @@ INTEGRATION = Integration(
         "strands.tools.tools": patch_module_tools,
         "strands.tools.mcp.mcp_client": patch_mcp_client,
         "strands.models.gemini": patch_gemini,
+        "strands.session.file_session_manager": patch_session_file,
         "strands.tools.structured_output.structured_output_tool": own_tool("StructuredOutputTool"),
         "strands.agent._agent_as_tool": own_tool("_AgentAsTool"),
         "strands.vended_tools.subagent.subagent": own_tool("_SubagentTool"),

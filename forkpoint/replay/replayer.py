@@ -884,6 +884,7 @@ class Replayer:
         self.network_blocked: list[str] = []
         self.pending: set[Any] = set()
         self.cache_answers: Counter[str] = Counter()
+        self.stored_states: dict[str, str | None] = {}
         self._lock = threading.Lock()
         # Calls made inside a tool's body: served with that tool, never asked for on their own.
         self._children: dict[str, list[Call]] = {}
@@ -2018,6 +2019,30 @@ class Replayer:
             f"(record with the cache off, {runtime.cache_off_text(counts)})"
         )
 
+    def _stored_state_differs(self) -> str:
+        """Why a model request may differ from every recorded one: the state a framework keeps on
+        disk (its stored conversation) was not, when this replay opened it, what it was when the
+        recorded run did (the session's notes: :func:`~forkpoint.runtime.opened_store`), or ``""``."""
+        said = ""
+        for n in self._session.by_type("note"):
+            found = (n.get("data") or {}).get("stored_state")
+            if not isinstance(found, dict) or (path := found.get("path")) not in self.stored_states:
+                continue
+            then, now = found.get("digest"), self.stored_states[path]
+            if then == now:
+                continue
+            how = (
+                "different now from when recorded"
+                if then and now
+                else ("there when recorded, absent now" if then else "absent when recorded, there now")
+            )
+            said += (
+                f"; {found.get('store')}'s stored state at {path} was {how}: the agent may have started "
+                "from another conversation than the recorded run's (replay where it is as it was when "
+                "recorded: move it away, or restore it)"
+            )
+        return said
+
     def _divergence_report(
         self,
         kind: CallKind,
@@ -2094,7 +2119,7 @@ class Replayer:
                     "definitions: docs/import.md), not from what the agent sent"
                 )
         if kind == "model_call" and not seen:
-            reason += self._cached_when_recorded()
+            reason += self._cached_when_recorded() + self._stored_state_differs()
         where = what.get("endpoint") or what.get("name")
         candidates = [e for e in unused if endpoint(e) == where]
         expected: Served | None = next(iter(candidates or unused), None)

@@ -1326,3 +1326,54 @@ def test_concurrent_smolagents_runs_asking_the_same_tool_each_get_their_own_answ
         return got
 
     _replayed_in_the_other_order(tmp_path, server, runs)
+
+
+# --------------------------------------------------------------------------- state kept on disk
+
+
+def run_strands_with_a_session_file(url: str, sessions: Path) -> str:
+    """A strands agent whose conversation strands keeps on disk (``FileSessionManager``, as its docs
+    have it): a second run with the same session id starts from the first run's conversation."""
+    from strands import Agent, tool
+    from strands.models.openai import OpenAIModel
+    from strands.session.file_session_manager import FileSessionManager
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    model = OpenAIModel(
+        client_args={"base_url": url + "/v1", "api_key": API_KEY, "max_retries": 0}, model_id="m"
+    )
+    manager = FileSessionManager(session_id="user-1", storage_dir=str(sessions))
+    return str(Agent(model=model, tools=[add], callback_handler=None, session_manager=manager)("2 + 3?"))
+
+
+@pytest.mark.parametrize("before", ["left by the recorded run", "removed, though the recorded run found one"])
+def test_a_replay_diverging_where_strands_stored_session_differs_says_so(tmp_path: Path, before: str) -> None:
+    """A replay in the directory of the recording finds the conversation the recorded run stored
+    (or, recorded on top of an earlier run's, does not find it): the agent sent another history, and
+    the divergence said only that no recorded request has the same match key. Now it names strands'
+    stored session as what differs from when the run was recorded."""
+    # (the test extra installs it: skipped, saying so, only in an install without it)
+    pytest.importorskip("strands")
+    sessions = tmp_path / "sessions"
+    with LocalServer(chat_script=[ADD, "5", ADD, "5"]) as server:
+        if before.startswith("removed"):
+            run_strands_with_a_session_file(server.url, sessions)
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            run_strands_with_a_session_file(server.url, sessions)
+        if before.startswith("removed"):
+            shutil.rmtree(sessions)
+        with forkpoint.replay(rec.session_path) as rp, pytest.raises(Exception, match="replay diverged"):
+            run_strands_with_a_session_file(server.url, sessions)
+    divergence = rp.report()["divergence"]
+    assert divergence is not None and divergence["kind"] == "model_call", rp.report()
+    said = (
+        "absent when recorded, there now" if before.startswith("left") else "there when recorded, absent now"
+    )
+    assert (
+        f"strands' FileSessionManager's stored state at {sessions / 'session_user-1'} was {said}"
+        in (divergence["reason"])
+    ), divergence
