@@ -36,8 +36,9 @@ body never runs), live when the replay says so. What each integration patches:
   session a ``FileSessionManager`` keeps on disk as it opens it, which a divergence names when it
   differs from the recorded run's.
 * **agno** (:mod:`.agno`): ``FunctionCall._execute`` / ``_aexecute``, recording the entrypoint;
-  ``Function``'s cache of tool results, whose answers are recorded as calls; and its models' cache of
-  answers, counted and said.
+  ``Function``'s cache of tool results, whose answers are recorded as calls; its models' cache of
+  answers, counted and said; and the file a ``SqliteDb`` keeps sessions in as it opens it, which a
+  divergence names when it differs from the recorded run's.
 * **DSPy** (:mod:`.dspy`): ``Tool.__call__`` / ``acall``, as ``ReAct`` calls them.
 * **CrewAI** (:mod:`.crewai`): the body (``_run`` / ``_arun``) of every ``BaseTool``, wrapped
   before ``run``, ``arun`` or ``to_structured_tool`` first reach it.
@@ -122,7 +123,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
         "strands.agent._agent_as_tool",
         "strands.vended_tools.subagent.subagent",
     ),
-    "forkpoint.integrations.agno": ("agno.tools.function", "agno.models.base"),
+    "forkpoint.integrations.agno": ("agno.tools.function", "agno.models.base", "agno.db.sqlite.sqlite"),
     "forkpoint.integrations.dspy": ("dspy.adapters.types.tool", "dspy.clients.cache"),
     "forkpoint.integrations.crewai": ("crewai.tools.base_tool",),
     "forkpoint.integrations.multiprocessing": ("multiprocessing.util", "multiprocessing.spawn"),

@@ -24,6 +24,10 @@ replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
 agno's cache of model answers (a model's ``cache_response=True``) answers a whole response, its tool
 calls included, without a call: the answers it gives while forkpoint records or replays are counted
 and said, as DSPy's are (:func:`patch_model_cache`), and a replay writes none to it.
+
+The SQLite file a ``SqliteDb`` keeps sessions in (the history an agent adds to its context) is read
+as agno opens it, which a divergence names when it differs from the recorded run's
+(:func:`patch_sqlite_db`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,16 @@ from typing import Any, cast
 from .. import runtime
 from ..capture.tracebacks import hidden
 from ..text import say
-from .base import Integration, json_args, recorded_function, records, replace, run_tool_sync, tool_call_id
+from .base import (
+    Integration,
+    json_args,
+    recorded_function,
+    records,
+    replace,
+    run_tool_sync,
+    stored_state,
+    tool_call_id,
+)
 
 _warned: set[str] = set()
 #: By the id of the ``Function`` copy a call runs on (:func:`_shim`), while it runs: what records
@@ -298,4 +311,31 @@ def patch_model_cache(module: ModuleType) -> None:
             replace(cls, name, kept(getattr(cls, name)))
 
 
-INTEGRATION = Integration("agno", {"agno.tools.function": patch, "agno.models.base": patch_model_cache})
+def patch_sqlite_db(module: ModuleType) -> None:
+    """Wrap ``SqliteDb.__init__`` of ``agno.db.sqlite.sqlite``: the file its engine opens (from
+    ``db_file``, ``db_url`` or ``db_engine``), which holds the sessions an agent starts from, is read
+    before agno first connects to it (:func:`.base.stored_state`)."""
+    cls = getattr(module, "SqliteDb", None)
+    original = getattr(cls, "__init__", None)
+    if cls is None or original is None:  # (another version: a divergence names less, nothing worse)
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        with hidden:
+            path = getattr(getattr(getattr(self, "db_engine", None), "url", None), "database", None)
+            if isinstance(path, str) and path not in ("", ":memory:"):
+                stored_state("agno's SqliteDb", path)
+
+    replace(cls, "__init__", __init__)
+
+
+INTEGRATION = Integration(
+    "agno",
+    {
+        "agno.tools.function": patch,
+        "agno.models.base": patch_model_cache,
+        "agno.db.sqlite.sqlite": patch_sqlite_db,
+    },
+)

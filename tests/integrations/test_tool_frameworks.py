@@ -1331,7 +1331,7 @@ def test_concurrent_smolagents_runs_asking_the_same_tool_each_get_their_own_answ
 # --------------------------------------------------------------------------- state kept on disk
 
 
-def run_strands_with_a_session_file(url: str, sessions: Path) -> str:
+def run_strands_with_a_session_file(url: str, state: Path) -> str:
     """A strands agent whose conversation strands keeps on disk (``FileSessionManager``, as its docs
     have it): a second run with the same session id starts from the first run's conversation."""
     from strands import Agent, tool
@@ -1346,34 +1346,61 @@ def run_strands_with_a_session_file(url: str, sessions: Path) -> str:
     model = OpenAIModel(
         client_args={"base_url": url + "/v1", "api_key": API_KEY, "max_retries": 0}, model_id="m"
     )
-    manager = FileSessionManager(session_id="user-1", storage_dir=str(sessions))
+    manager = FileSessionManager(session_id="user-1", storage_dir=str(state))
     return str(Agent(model=model, tools=[add], callback_handler=None, session_manager=manager)("2 + 3?"))
 
 
+def run_agno_with_a_database(url: str, state: Path) -> str:
+    """An agno agent whose sessions agno keeps in a SQLite file (``SqliteDb``, as its docs have it),
+    with the history in the context: a second run of session ``user-1`` starts from the first's."""
+    from agno.agent import Agent
+    from agno.db.sqlite import SqliteDb
+    from agno.models.openai import OpenAIChat
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    model = OpenAIChat(id="m", base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+    db = SqliteDb(db_file=str(state / "agent.db"))
+    agent = Agent(
+        model=model, tools=[add], db=db, session_id="user-1", add_history_to_context=True, telemetry=False
+    )
+    return str(agent.run(TASK).content)
+
+
+STORED: dict[str, tuple[Callable[[str, Path], str], str, str]] = {
+    "strands": (run_strands_with_a_session_file, "strands' FileSessionManager", "session_user-1"),
+    "agno": (run_agno_with_a_database, "agno's SqliteDb", "agent.db"),
+}
+
+
+@pytest.mark.parametrize("framework", sorted(STORED))
 @pytest.mark.parametrize("before", ["left by the recorded run", "removed, though the recorded run found one"])
-def test_a_replay_diverging_where_strands_stored_session_differs_says_so(tmp_path: Path, before: str) -> None:
+def test_a_replay_diverging_where_the_framework_s_stored_state_differs_says_so(
+    tmp_path: Path, before: str, framework: str
+) -> None:
     """A replay in the directory of the recording finds the conversation the recorded run stored
     (or, recorded on top of an earlier run's, does not find it): the agent sent another history, and
-    the divergence said only that no recorded request has the same match key. Now it names strands'
-    stored session as what differs from when the run was recorded."""
-    # (the test extra installs it: skipped, saying so, only in an install without it)
-    pytest.importorskip("strands")
-    sessions = tmp_path / "sessions"
+    the divergence said only that no recorded request has the same match key. Now it names the
+    framework's stored state as what differs from when the run was recorded."""
+    # (the test extra installs them: skipped, saying so, only in an install without one)
+    pytest.importorskip(framework)
+    run, store, name = STORED[framework]
+    state = tmp_path / "state"
     with LocalServer(chat_script=[ADD, "5", ADD, "5"]) as server:
         if before.startswith("removed"):
-            run_strands_with_a_session_file(server.url, sessions)
+            run(server.url, state)
         with forkpoint.record(store=tmp_path / "store") as rec:
-            run_strands_with_a_session_file(server.url, sessions)
+            run(server.url, state)
         if before.startswith("removed"):
-            shutil.rmtree(sessions)
-        with forkpoint.replay(rec.session_path) as rp, pytest.raises(Exception, match="replay diverged"):
-            run_strands_with_a_session_file(server.url, sessions)
+            shutil.rmtree(state)
+        # (agno hands the program the divergence as the run's error content, strands raises it)
+        with forkpoint.replay(rec.session_path) as rp, contextlib.suppress(forkpoint.Divergence):
+            run(server.url, state)
     divergence = rp.report()["divergence"]
     assert divergence is not None and divergence["kind"] == "model_call", rp.report()
     said = (
         "absent when recorded, there now" if before.startswith("left") else "there when recorded, absent now"
     )
-    assert (
-        f"strands' FileSessionManager's stored state at {sessions / 'session_user-1'} was {said}"
-        in (divergence["reason"])
-    ), divergence
+    assert f"{store}'s stored state at {state / name} was {said}" in divergence["reason"], divergence
