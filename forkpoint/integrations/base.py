@@ -65,8 +65,8 @@ def stored_state(store: str, path: str) -> None:
     try:
         for f in [where] if os.path.isfile(where) else files:
             digest.update(os.path.relpath(f, where).encode() + b"\0")
-            with open(f, "rb") as held:
-                digest.update(held.read())
+            with open(f, "rb") as held:  # (read in chunks: a database may be large)
+                digest.update(hashlib.file_digest(held, "sha256").digest())
     except OSError:
         return
     runtime.opened_store(store, where, digest.hexdigest() if os.path.exists(where) else None)
