@@ -111,6 +111,9 @@ class Settings:
     places: set[str] = field(default_factory=set)
     #: Tests whose cassette holds no model call and no tool call (recorded or replayed so).
     empty: set[str] = field(default_factory=set)
+    #: What the replays that ``pytest.exit()`` (or a Ctrl-C) cut short did not reproduce: no report
+    #: of their test follows, so the summary says it.
+    interrupted: list[str] = field(default_factory=list)
     #: ``directory`` is the default under a rootdir pytest took from where it was started (it found
     #: no configuration file): started elsewhere, the same tests look for their cassettes elsewhere.
     floating: bool = False
@@ -1235,8 +1238,19 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         # (a skip or an xfail the test raised on the error the divergence caused would pass it in
         # green: the divergence fails it, as any exception does; a Ctrl-C goes on)
         if failure is None or not isinstance(exc, Exception | pytest.skip.Exception | pytest.fail.Exception):
-            note = unused or (
-                cassette.left_as_it_was() if isinstance(exc, Exception | pytest.fail.Exception) else None
+            if unused and isinstance(exc, pytest.skip.Exception | pytest.xfail.Exception):
+                _say_unused_then_skipped(item, exc, unused)
+            elif (failure or unused) and isinstance(exc, pytest.exit.Exception | KeyboardInterrupt):
+                # (no report of this test follows: the run ends, and its exit status may be 0)
+                how = "pytest.exit()" if isinstance(exc, pytest.exit.Exception) else "KeyboardInterrupt"
+                cassette.settings.interrupted.append(
+                    f"{invocation_nodeid(item)}: {how} ended the run during the replay of cassette "
+                    f"{cassette.shown()}, which did not reproduce the recorded run:\n{failure or unused}"
+                )
+            note = (
+                failure
+                or unused
+                or (cassette.left_as_it_was() if isinstance(exc, Exception | pytest.fail.Exception) else None)
             )
             if note:
                 item.add_report_section("call", "forkpoint", note)
@@ -1292,6 +1306,23 @@ def _then_skipped(exc: BaseException, who: str) -> str:
     return f"\n({who} then {done}" + (f": {exc})" if str(exc) else ")")
 
 
+def _say_unused_then_skipped(item: pytest.Item, exc: BaseException, unused: str) -> None:
+    """Say, in the skip's reason and in a :class:`~forkpoint.errors.ReplayWarning` (the warnings
+    summary, shown by default), that a test skipped or xfailed before its replay used every recorded
+    call: the run ended differently from its recording, which a plain skip hid."""
+    done = "skipped" if isinstance(exc, pytest.skip.Exception) else "xfailed"
+    head = unused.splitlines()[0]
+    reason = str(exc)
+    # (the reason changed in place: a new exception would move the skip's location into this plugin)
+    exc.msg = f"{reason} ({head})" if reason else head  # type: ignore[attr-defined]
+    item.warn(
+        ReplayWarning(
+            f"forkpoint: the test {done}, so its replay did not reproduce the recorded run: "
+            + unused.removeprefix("forkpoint: ")
+        )
+    )
+
+
 def _caused_by_forkpoint(exc: BaseException | None) -> bool:
     """True when ``exc`` is (or was caused by) the divergence or blocked connection the report names."""
     from .replay import Divergence, NetworkBlocked
@@ -1325,8 +1356,18 @@ def pytest_runtest_makereport(
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A pytest-xdist worker hands its cassette counts to the controller (``workeroutput``)."""
+    """Say what the replays a ``pytest.exit()`` cut short did not reproduce (here: pytest writes no
+    summary after ``pytest.exit(returncode=3)``), and exit non-zero for it. A pytest-xdist worker
+    hands its cassette counts to the controller (``workeroutput``)."""
     settings = session.config.stash.get(_settings_key, None)
+    if settings is not None and settings.interrupted:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("-", "forkpoint", red=True)
+            for said in settings.interrupted:
+                reporter.write_line(said, red=True)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     output = getattr(session.config, "workeroutput", None)
     if settings is not None and output is not None:
         output["forkpoint_counts"] = dict(settings.counts)

@@ -1811,3 +1811,100 @@ def test_order():
         ]
     )
     run(pytester, "--forkpoint-mode=rewrite").assert_outcomes(passed=1)
+
+
+GIVES_UP_EARLY = """
+import os
+
+import pytest
+
+from test_agent import ask
+
+
+@pytest.mark.forkpoint
+def test_two_turns():
+    ask("question 0")
+    if os.environ.get("GIVE_UP"):
+        getattr(pytest, os.environ["GIVE_UP"])("the agent stopped early")
+    ask("question 1")
+"""
+
+
+@pytest.mark.parametrize("give_up", ["skip", "xfail"])
+def test_a_test_that_skips_after_leaving_recorded_calls_unused_says_so(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch, give_up: str
+) -> None:
+    """A test that skipped (or xfailed) halfway through its replay was a plain skip: the run ended
+    differently from its recording (a call of it never made), and nothing said so."""
+    pytester.makepyfile(test_agent=INNER, test_early=GIVES_UP_EARLY)
+    run(pytester, "test_early.py").assert_outcomes(passed=1)
+    server.stop()
+    monkeypatch.setenv("GIVE_UP", give_up)
+    result = run(pytester, "--forkpoint-mode=replay", "-rsx", "test_early.py")
+    result.assert_outcomes(**{"skipped" if give_up == "skip" else "xfailed": 1}, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*the agent stopped early*forkpoint: 1 recorded call(s) of cassette "
+            "tests/cassettes/test_early/test_two_turns went unused*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*ReplayWarning: forkpoint: the test *ed, so its replay did not reproduce the recorded run: "
+            "1 recorded call(s) of cassette tests/cassettes/test_early/test_two_turns went unused*",
+        ]
+    )
+
+
+def test_a_test_that_skips_after_its_whole_replay_stays_a_plain_skip(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_agent=INNER, test_early=GIVES_UP_EARLY.replace('ask("question 1")\n', ""))
+    run(pytester, "test_early.py").assert_outcomes(passed=1)
+    server.stop()
+    monkeypatch.setenv("GIVE_UP", "skip")
+    result = run(pytester, "--forkpoint-mode=replay", "test_early.py")
+    result.assert_outcomes(skipped=1, warnings=0)
+
+
+EXITS = """
+import os
+
+import pytest
+
+from test_agent import ask
+
+
+@pytest.mark.forkpoint
+def test_exits():
+    ask(os.environ.get("PROMPT", "question 0"))
+    if os.environ.get("EXIT_CODE"):
+        pytest.exit("enough", returncode=int(os.environ["EXIT_CODE"]))
+    ask("question 1")
+
+
+def test_after():
+    pass
+"""
+
+
+@pytest.mark.parametrize("returncode", [0, 3])
+def test_pytest_exit_in_a_replayed_test_says_the_replay_did_not_reproduce(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch, returncode: int
+) -> None:
+    """pytest.exit() in a replayed test ended the run with the exit's own status (0 if it said so)
+    and not a word of the recorded calls it left unused."""
+    pytester.makepyfile(test_agent=INNER, test_exits=EXITS)
+    run(pytester, "test_exits.py").assert_outcomes(passed=2)
+    server.stop()
+    monkeypatch.setenv("EXIT_CODE", str(returncode))
+    result = run(pytester, "--forkpoint-mode=replay", "test_exits.py")
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint*",
+            "test_exits.py::test_exits: pytest.exit() ended the run during the replay of cassette "
+            "tests/cassettes/test_exits/test_exits, which did not reproduce the recorded run:",
+            "forkpoint: 1 recorded call(s) of cassette tests/cassettes/test_exits/test_exits went unused*",
+        ]
+    )
+    assert result.ret == (1 if returncode == 0 else returncode)
