@@ -80,9 +80,12 @@ def interactions(doc: Any) -> list[Any] | None:
 
 
 def looks_like(doc: Any) -> bool:
-    """True when ``doc`` has the VCR.py cassette shape (either layout)."""
+    """True when ``doc`` has the VCR.py cassette shape (either layout): an interaction of another
+    shape is then refused by :func:`convert` naming it, not the file taken for no format at all."""
     its = interactions(doc)
-    return its is not None and all(isinstance(i, dict) and "request" in i and "response" in i for i in its)
+    return its is not None and (
+        not its or any(isinstance(i, dict) and ("request" in i or "response" in i) for i in its)
+    )
 
 
 # --------------------------------------------------------------------------- pieces
@@ -116,6 +119,17 @@ def _pairs(headers: Any, where: str) -> list[tuple[str, str]]:
     else:
         raise ImportFormatError(f"{where}: the headers are {type(headers).__name__}, not a mapping or a list")
     return out
+
+
+def _text(value: Any, where: str, what: str, expected: str) -> str:
+    """``value``, the ``what`` of ``where``, as text. Raises :class:`ImportFormatError` naming both
+    and ``expected`` when it is of another type: Python's text of a list or a number would be
+    imported (and matched, and served) in its place."""
+    if not isinstance(value, str):
+        raise ImportFormatError(
+            f"{where}: the {what} is {type(value).__name__} {value!r:.80}, not text (expected {expected})"
+        )
+    return value
 
 
 def _header(pairs: list[tuple[str, str]], name: str) -> str:
@@ -161,7 +175,7 @@ def _request(rq: dict[str, Any], n: int, notes: list[str], where: str) -> dict[s
         kind, body = ("json", rq["parsed_body"]) if rq["parsed_body"] is not None else ("empty", None)
     else:
         kind, body = parse_body(_as_bytes(rq.get("body")) or b"", ctype)
-    uri = str(rq.get("uri") or "")
+    uri = rq["uri"]
     path = urlsplit(uri).path
     names = {k.lower() for k, _ in pairs}
     # The match key includes content-type and anthropic-version; a cassette whose serializer dropped
@@ -178,7 +192,9 @@ def _request(rq: dict[str, Any], n: int, notes: list[str], where: str) -> dict[s
             f"the API requires one); set to {version}, {why}"
         )
     return {
-        "method": str(rq.get("method") or "GET").upper(),
+        "method": _text(
+            rq.get("method") or "GET", where, "request's method", "an HTTP method such as POST"
+        ).upper(),
         "url": scrub_url(uri),
         "headers": scrub_headers(pairs, request=True),
         "body_kind": kind,
@@ -200,7 +216,7 @@ def _status(rs: dict[str, Any], where: str) -> tuple[int, str]:
         raise ImportFormatError(
             f"{where}: the response has no HTTP status (status: {{code: 200}}), got {code!r}"
         )
-    return code, str(reason or "")
+    return code, _text(reason or "", where, "response's status message", "a reason phrase such as OK")
 
 
 def _response(
@@ -336,13 +352,23 @@ def convert(path: Path, doc: Any) -> Imported:
     first_undated: str | None = None
     versions: dict[str, str] = {}
     for n, it in enumerate(interactions(doc) or [], start=1):
-        rq, rs = it["request"], it["response"]
-        if not isinstance(rq, dict) or not isinstance(rs, dict):
-            raise ImportFormatError(f"{path}: interaction {n} has no request/response mapping")
-        dialects.add("parsed_body" if "parsed_body" in rq or "parsed_body" in rs else "stock")
-        if not isinstance(rq.get("uri"), str) or not rq["uri"]:
-            raise ImportFormatError(f"{path}: interaction {n}: the request has no uri")
         where = f"{path}: interaction {n}"
+        if not isinstance(it, dict):
+            raise ImportFormatError(
+                f"{where} is {type(it).__name__} {it!r:.80}, not a mapping (expected {{request, response}})"
+            )
+        for part in ("request", "response"):
+            if part not in it:
+                raise ImportFormatError(f"{where} has no {part} (expected {{request, response}})")
+            if not isinstance(it[part], dict):
+                raise ImportFormatError(
+                    f"{where}: the {part} is {type(it[part]).__name__} {it[part]!r:.80}, not a mapping"
+                )
+        rq, rs = it["request"], it["response"]
+        dialects.add("parsed_body" if "parsed_body" in rq or "parsed_body" in rs else "stock")
+        if rq.get("uri") in (None, ""):
+            raise ImportFormatError(f"{where}: the request has no uri")
+        _text(rq["uri"], where, "request's uri", "a URL")
         request = _request(rq, n, notes, where)
         headers = _pairs(rs.get("headers"), f"{where}: the response")
         event: dict[str, Any] = {

@@ -10,7 +10,7 @@ import io
 import json
 import os
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -644,6 +644,60 @@ def test_a_cassette_without_a_status_or_a_uri_or_nested_too_deep_is_refused_nami
     request without a uri as url "", a status "abc" raised a bare ValueError, JSON nested 3,000
     deep a RecursionError traceback; request headers ``[1, 2]`` were dropped without a word, and a
     header value ``{x: 2}`` stored as Python's text of it."""
+    path = tmp_path / "cassette.json"
+    path.write_bytes(cassette)
+    with pytest.raises(ImportFormatError, match=detail):
+        import_file(path, store=tmp_path / "store")
+    assert not (tmp_path / "store").exists()
+
+
+def _interactions(*changes: Callable[[list[Any]], None]) -> bytes:
+    """A two-interaction cassette, each of ``changes`` applied to its interactions."""
+    its = json.loads(_cassette({**_BODY, "status": {"code": 200, "message": "OK"}}))["interactions"] * 2
+    its = json.loads(json.dumps(its))  # (two interactions, not one twice)
+    for change in changes:
+        change(its)
+    return json.dumps({"version": 1, "interactions": its}).encode()
+
+
+@pytest.mark.parametrize(
+    ("cassette", "detail"),
+    [
+        (
+            _interactions(lambda its: its[1]["request"].update(uri=5)),
+            r"cassette.json: interaction 2: the request's uri is int 5, not text \(expected a URL\)",
+        ),
+        (
+            _interactions(lambda its: its[0]["request"].update(method=["POST"])),
+            r"cassette.json: interaction 1: the request's method is list \['POST'\], not text "
+            r"\(expected an HTTP method such as POST\)",
+        ),
+        (
+            _interactions(lambda its: its[1]["response"]["status"].update(message={"x": 1})),
+            r"cassette.json: interaction 2: the response's status message is dict \{'x': 1\}, not text "
+            r"\(expected a reason phrase such as OK\)",
+        ),
+        (
+            _interactions(lambda its: its.append(5)),
+            r"cassette.json: interaction 3 is int 5, not a mapping \(expected \{request, response\}\)",
+        ),
+        (
+            _interactions(lambda its: its[1].pop("response")),
+            r"cassette.json: interaction 2 has no response \(expected \{request, response\}\)",
+        ),
+        (
+            _interactions(lambda its: its[0].update(request="GET /")),
+            r"cassette.json: interaction 1: the request is str 'GET /', not a mapping",
+        ),
+    ],
+    ids=["uri", "method", "status-message", "interaction", "no-response", "request"],
+)
+def test_a_field_of_the_wrong_type_is_refused_naming_the_interaction_the_field_and_what_was_expected(
+    tmp_path: Path, cassette: bytes, detail: str
+) -> None:
+    """A uri of 5 was refused as "the request has no uri"; a method ["POST"] imported as the method
+    "['POST']", a status message {x: 1} as the reason "{'x': 1}"; an interaction that was no mapping
+    or had no response made the file "not a format forkpoint can import"."""
     path = tmp_path / "cassette.json"
     path.write_bytes(cassette)
     with pytest.raises(ImportFormatError, match=detail):
