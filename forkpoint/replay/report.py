@@ -20,6 +20,30 @@ from ..text import KIND_NAMES, plural
 EXIT_DIVERGENCE = 3
 
 
+def _suggested_differences(suggested: list[dict[str, Any]]) -> str:
+    """What the differences the ``suggested`` rules ignore are: a value that looks volatile, or a
+    header the match key keeps (``anthropic-version``: the date in it is the API's version, which an
+    SDK upgrade changes, no time the program read)."""
+    from ..jsonpath import parse  # here: the verdict alone does not load matching
+
+    headers = []
+    for rule in suggested:
+        steps = parse(rule["path"])
+        if len(steps) == 2 and steps[0] == ("child", "headers"):
+            headers.append(str(steps[1][1]))
+    volatile = "looks like a timestamp, a uuid or a request id"
+    if not headers:
+        return f"Every difference {volatile}."
+    header = (
+        "a header that names the version or the beta features of the API the request is written for "
+        f"({', '.join(dict.fromkeys(headers))}), which an SDK upgrade changes: the API may answer "
+        "another version otherwise."
+    )
+    if len(headers) == len(suggested):
+        return f"Every difference is in {header}"
+    return f"Every difference {volatile}, or is in {header}"
+
+
 def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
     """One paragraph (and a diff) saying where and how a replay diverged."""
     what = report.get("name") or report.get("endpoint") or ""
@@ -77,8 +101,8 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
         from ..match import IgnoreRule  # here: the verdict alone does not load matching
 
         lines.append(
-            "Every difference looks like a timestamp, a uuid or a request id. If it does not matter, "
-            "ignore it with this rule in forkpoint.toml (or [tool.forkpoint.match] in pyproject.toml):"
+            f"{_suggested_differences(suggested)} If it does not matter, ignore it with this rule in "
+            "forkpoint.toml (or [tool.forkpoint.match] in pyproject.toml):"
         )
         lines.append("  [match]")
         lines.append("  ignore = [")

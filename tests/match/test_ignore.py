@@ -357,25 +357,41 @@ def test_a_timestamp_a_live_tool_returned_gives_no_deterministic_hint(
     assert "--deterministic-module" not in text and "record with --deterministic instead" not in text
 
 
-def test_a_date_in_a_header_alone_does_not_suggest_deterministic(server: LocalServer, store: Path) -> None:
+def _ask_with_header(server: LocalServer, name: str, value: str) -> None:
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
+    client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], extra_headers={name: value}
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "recorded", "sent"),
+    [
+        ("openai-beta", "assistants=2024-05-01", "assistants=2026-10-21"),
+        ("anthropic-version", "2023-06-01", "2026-10-21"),
+    ],
+)
+def test_a_date_in_a_header_alone_is_named_as_the_api_version(
+    server: LocalServer, store: Path, name: str, recorded: str, sent: str
+) -> None:
     """A header an SDK sets with a date in it (``openai-beta``, ``anthropic-version``), changed by
     an upgrade, got the hint to record with ``--deterministic`` "if the program's own code put it
-    there": the SDK did, and ``--deterministic`` changes nothing of it."""
-
-    def ask_beta(beta: str) -> None:
-        client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
-        client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], extra_headers={"openai-beta": beta}
-        )
-
+    there": the SDK did, and ``--deterministic`` changes nothing of it. And the report called it "a
+    timestamp, a uuid or a request id": it is the version of the API the request is written for."""
     with forkpoint.record(store=store) as rec:
-        ask_beta("assistants=2024-05-01")
+        _ask_with_header(server, name, recorded)
     with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as div:
-        ask_beta("assistants=2026-10-21")
+        _ask_with_header(server, name, sent)
     [suggested] = div.value.report["suggest"]
-    assert suggested["path"] == "$.headers['openai-beta']", suggested
+    assert suggested["path"] == f"$.headers['{name}']", suggested
     assert "hint_deterministic" not in div.value.report
-    assert "--deterministic" not in str(div.value)
+    text = " ".join(str(div.value).split())
+    assert "--deterministic" not in text and "timestamp" not in text, text
+    assert (
+        "Every difference is in a header that names the version or the beta features of the API the "
+        f"request is written for ({name}), which an SDK upgrade changes: the API may answer "
+        "another version otherwise. If it does not matter, ignore it with this rule" in text
+    ), text
 
 
 def test_a_rule_that_took_nothing_out_is_named_beside_the_suggestion(
