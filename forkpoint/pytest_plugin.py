@@ -225,6 +225,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if any(re.match(r"forkpoint\s*(?:[:(]|$)", line) for line in config.getini("markers")):
+        # (the marker registered only here: without the plugin, pytest's unknown-marker warning, an
+        # error under --strict-markers, is all that says a marked test runs live)
+        config.issue_config_time_warning(
+            pytest.PytestConfigWarning(
+                f"forkpoint: the markers option of {config.inipath or 'the configuration'} registers "
+                "the marker forkpoint, which the plugin registers itself: a run that does not load the "
+                "plugin (-p no:forkpoint, PYTEST_DISABLE_PLUGIN_AUTOLOAD) then runs the marked tests "
+                "live without a word. Remove that line (docs/pytest.md)"
+            ),
+            stacklevel=2,
+        )
     config.addinivalue_line(
         "markers",
         "forkpoint(name=None, *, mode=None, allow_hosts=(), allow_unused=False, ignore=(), tools=(), "

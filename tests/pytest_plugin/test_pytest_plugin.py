@@ -1908,3 +1908,27 @@ def test_pytest_exit_in_a_replayed_test_says_the_replay_did_not_reproduce(
         ]
     )
     assert result.ret == (1 if returncode == 0 else returncode)
+
+
+def test_a_marker_registered_by_the_project_is_said_as_it_hides_a_run_without_the_plugin(
+    pytester: pytest.Pytester,
+) -> None:
+    """Without the plugin (``-p no:forkpoint``, ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``) a marked test
+    runs live: pytest's unknown-marker warning (an error under ``--strict-markers``) is what says
+    so. A project that registered ``forkpoint`` in its own ``markers`` silenced both, and nothing
+    said that a run without the plugin then goes live without a word."""
+    pytester.makepyfile(test_m="import pytest\n\n@pytest.mark.forkpoint\ndef test_m():\n    pass\n")
+    without = pytester.runpytest_subprocess("-p", "no:forkpoint", "--strict-markers", "test_m.py")
+    without.assert_outcomes(errors=1)
+    without.stdout.fnmatch_lines(["*'forkpoint' not found in `markers` configuration option*"])
+    pytester.makeini("[pytest]\nmarkers =\n    forkpoint: replayed from a cassette\n")
+    result = run(pytester, "--strict-markers", "test_m.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestConfigWarning: forkpoint: the markers option of *tox.ini registers the marker "
+            "forkpoint, which the plugin registers itself: a run that does not load the plugin "
+            "(-p no:forkpoint, PYTEST_DISABLE_PLUGIN_AUTOLOAD) then runs the marked tests live "
+            "without a word. Remove that line*",
+        ]
+    )
