@@ -651,7 +651,7 @@ def test_a_cassette_without_a_status_or_a_uri_or_nested_too_deep_is_refused_nami
     assert not (tmp_path / "store").exists()
 
 
-def _interactions(*changes: Callable[[list[Any]], None]) -> bytes:
+def _two_interactions(*changes: Callable[[list[Any]], None]) -> bytes:
     """A two-interaction cassette, each of ``changes`` applied to its interactions."""
     its = json.loads(_cassette({**_BODY, "status": {"code": 200, "message": "OK"}}))["interactions"] * 2
     its = json.loads(json.dumps(its))  # (two interactions, not one twice)
@@ -664,29 +664,29 @@ def _interactions(*changes: Callable[[list[Any]], None]) -> bytes:
     ("cassette", "detail"),
     [
         (
-            _interactions(lambda its: its[1]["request"].update(uri=5)),
+            _two_interactions(lambda its: its[1]["request"].update(uri=5)),
             r"cassette.json: interaction 2: the request's uri is int 5, not text \(expected a URL\)",
         ),
         (
-            _interactions(lambda its: its[0]["request"].update(method=["POST"])),
+            _two_interactions(lambda its: its[0]["request"].update(method=["POST"])),
             r"cassette.json: interaction 1: the request's method is list \['POST'\], not text "
             r"\(expected an HTTP method such as POST\)",
         ),
         (
-            _interactions(lambda its: its[1]["response"]["status"].update(message={"x": 1})),
+            _two_interactions(lambda its: its[1]["response"]["status"].update(message={"x": 1})),
             r"cassette.json: interaction 2: the response's status message is dict \{'x': 1\}, not text "
             r"\(expected a reason phrase such as OK\)",
         ),
         (
-            _interactions(lambda its: its.append(5)),
+            _two_interactions(lambda its: its.append(5)),
             r"cassette.json: interaction 3 is int 5, not a mapping \(expected \{request, response\}\)",
         ),
         (
-            _interactions(lambda its: its[1].pop("response")),
+            _two_interactions(lambda its: its[1].pop("response")),
             r"cassette.json: interaction 2 has no response \(expected \{request, response\}\)",
         ),
         (
-            _interactions(lambda its: its[0].update(request="GET /")),
+            _two_interactions(lambda its: its[0].update(request="GET /")),
             r"cassette.json: interaction 1: the request is str 'GET /', not a mapping",
         ),
     ],
