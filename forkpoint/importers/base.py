@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,9 +12,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from ..capture.decoding import loads_exact
 from ..errors import ImportFormatError, ToolResultError
 from ..events import iso_time, new_span_id, now_iso, parse_time
 from ..match import event_key
@@ -65,17 +63,22 @@ def load_document(path: Path, raw: bytes, expected: str) -> Any:
     if raw[:2] == b"\x1f\x8b":
         raw = gunzip(path, raw)
     try:
-        # (an integer beyond 64 bits as itself: orjson alone reads one as a float)
-        doc = loads_exact(raw)
-        json.loads(raw, object_pairs_hook=lambda pairs: _unique_json_keys(path, pairs))
-        return doc
-    except RecursionError:  # (Python's json, reading a deep document again for its long integers)
+        # One parse, which refuses a key set twice as it builds each object: orjson's, then another
+        # to check, doubled an import's time. Python's json reads an integer beyond 64 bits as
+        # itself; what orjson refused (NaN, Infinity, a number too large for a float, UTF-16) is
+        # still left to YAML.
+        return json.loads(
+            raw.decode("utf-8"),
+            object_pairs_hook=lambda pairs: _unique_json_keys(path, pairs),
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+        )
+    except RecursionError:  # (JSON it is: YAML, tried next, would recurse until it crashed)
         raise ImportFormatError(f"{path}: JSON nested too deep to import; expected {expected}") from None
-    except orjson.JSONDecodeError as exc:
-        if "depth limit" in str(exc):  # (JSON it is: YAML, tried next, would recurse until it crashed)
-            raise ImportFormatError(
-                f"{path}: JSON nested too deep to import ({exc}); expected {expected}"
-            ) from None
+    except ImportFormatError:
+        raise
+    except ValueError:  # (no JSON: a JSONDecodeError, text that is no UTF-8, a number orjson refused)
+        pass
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -83,13 +86,27 @@ def load_document(path: Path, raw: bytes, expected: str) -> Any:
     return load_yaml(path, text, expected)
 
 
-def _unique_json_keys(path: Path, pairs: list[tuple[str, Any]]) -> None:
-    """Refuse a JSON object that sets a key twice (:func:`_key_twice`)."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise _key_twice(path, key, "in one object")
-        seen.add(key)
+def _unique_json_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The JSON object of ``pairs``; refused when it sets a key twice (:func:`_key_twice`)."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):  # (the key looked for only then: the common case is one comparison)
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _key_twice(path, key, "in one object")
+            seen.add(key)
+    return obj
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # (1e400: orjson refused it)
+        raise ValueError(f"{text} is too large for a float")
+    return value
 
 
 def _key_twice(path: Path, key: str, where: str) -> ImportFormatError:

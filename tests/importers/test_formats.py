@@ -19,7 +19,9 @@ import requests
 import yaml
 
 import forkpoint
+from forkpoint.errors import ImportFormatError
 from forkpoint.importers import import_file
+from forkpoint.importers.base import load_document
 from tests.cliutil import forkpoint_cli
 from tests.modelserver import converse_events
 from tests.realdata import TRAJECTORIES
@@ -240,6 +242,43 @@ def test_a_gzip_file_of_several_members_is_read_whole_and_trailing_bytes_are_ref
     path.write_bytes(gzip.compress(text) + b"trailing bytes")
     with pytest.raises(ImportFormatError, match="two_members.yaml.gz: .*after its gzip data"):
         import_file(path, store=tmp_path / "store")
+
+
+@pytest.mark.parametrize(
+    ("raw", "read"),
+    [
+        (
+            b'{"a": {"b": [1, 2**70]}, "c": 1.5}'.replace(b"2**70", str(2**70).encode()),
+            {"a": {"b": [1, 2**70]}, "c": 1.5},
+        ),
+        (b'{"a": NaN, "b": 1e400}', {"a": "NaN", "b": "1e400"}),  # (no JSON: read as YAML)
+        (
+            b'{"a": "\\ud83d\\ude00 x:y \\u003a \\\\u003a", "b" : {"c":1}}',
+            {"a": "\U0001f600 x:y : \\u003a", "b": {"c": 1}},
+        ),
+    ],
+    ids=["long-int", "not-json-numbers", "colons"],
+)
+def test_a_json_document_is_read_as_before_in_one_parse(tmp_path: Path, raw: bytes, read: Any) -> None:
+    """The duplicate-key check parsed every JSON file a second time (an import of 20 MB took twice
+    as long): one parse now checks as it builds each object, and reads each value as the two did
+    (an integer beyond 64 bits as itself, what is no JSON as YAML, colons in strings as text)."""
+    assert load_document(tmp_path / "f.json", raw, "JSON") == read
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'[{"a": {"b": 1, "c": 2, "b": 3}}]',
+        b'{"b": "1:2:3", "b": "x"}',
+        b'{"b": "\\u003a", "b": ":"}',
+        b'{"b": 1, "b": 2, "n": %d}' % 2**70,
+    ],
+    ids=["nested", "colons-dropped", "escaped-colon", "long-int"],
+)
+def test_a_json_key_set_twice_is_refused_whatever_its_strings_hold(tmp_path: Path, raw: bytes) -> None:
+    with pytest.raises(ImportFormatError, match=r"f.json: the key 'b' is set twice in one object"):
+        load_document(tmp_path / "f.json", raw, "JSON")
 
 
 def test_a_cassette_with_a_key_twice_in_one_mapping_is_refused(tmp_path: Path) -> None:
