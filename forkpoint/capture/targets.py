@@ -27,6 +27,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
@@ -266,6 +267,18 @@ def _is_main(frame: FrameType) -> bool:
     )
 
 
+def _script_module() -> str | None:
+    """The module name the running script has when imported: ``agent`` for ``python agent.py`` and
+    ``python -m agent``; None for ``python -c``."""
+    main = sys.modules.get(MAIN)
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:
+        return str(spec.name)
+    # (its loader, not ``__file__``: the interpreter deletes that once the script has run)
+    file = getattr(getattr(main, "__loader__", None), "path", None)
+    return Path(file).stem if isinstance(file, str) else None
+
+
 def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False, spawned: bool = False) -> None:
     """Wrap each ``module:qualname`` in ``specs`` (now if imported, else when first imported, and
     ``__main__`` targets as soon as the running script defines them; in a worker ``multiprocessing``
@@ -303,7 +316,12 @@ def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False, spa
             for module, names in targets.items():
                 if module not in sys.modules:
                     listed = ", ".join(f"{module}:{q}" for q, _ in names)
-                    say(f"forkpoint: --tool {listed}: the program never imported {module}")
+                    said = f"forkpoint: --tool {listed}: the program never imported {module}"
+                    if module == _script_module():
+                        # ``python agent.py`` runs agent.py as __main__: the usual first guess
+                        instead = ", ".join(f"--tool {MAIN}:{q}" for q, _ in names)
+                        said += f": it ran {module} as its script, {MAIN}; name the tool {instead}"
+                    say(said)
 
         atexit.register(never_imported)
 

@@ -14,6 +14,7 @@ import pytest
 import forkpoint
 from forkpoint.capture import targets
 from forkpoint.log import Session
+from tests.cliutil import forkpoint_cli, with_this_path
 
 SCRIPT = textwrap.dedent(
     """
@@ -139,6 +140,37 @@ def test_cli_records_and_replays_tools_of_the_script_itself(
     assert "replay ok: 3/3 events matched" in rep.stderr
     assert rep.stdout == rec.stdout
     assert ledger.read_text() == before
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_a_target_named_by_the_scripts_own_module_name_says_to_name_it_main(
+    script: Path, tmp_path: Path, how: str
+) -> None:
+    """``forkpoint record --tool agent:save_note -- python agent.py`` (or ``python -m agent``): the
+    script runs as ``__main__``, never as ``agent``, so nothing is recorded; what is said names the
+    target that would have been (a new user's first guess, seen in a walkthrough)."""
+    cmd = [sys.executable, str(script)] if how == "script" else [sys.executable, "-m", "agent"]
+    rec = forkpoint_cli(
+        [
+            "record",
+            "--no-workspace",
+            "--store",
+            str(tmp_path / "store"),
+            "--tool",
+            "agent:save_note",
+            "--",
+            *cmd,
+        ],
+        cwd=tmp_path,
+        env=with_this_path(),
+        timeout=120,
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert "(0 model calls, 0 tool calls)" in rec.stderr
+    assert (
+        "--tool agent:save_note: the program never imported agent: it ran agent as its script, "
+        "__main__; name the tool --tool __main__:save_note"
+    ) in rec.stderr
 
 
 def test_a_trace_function_already_in_place_keeps_working(script: Path) -> None:
