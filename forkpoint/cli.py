@@ -877,7 +877,13 @@ def keys_untrust(which: str) -> None:
 
 @main.command()
 @_store_opt
-@click.option("--turns", default=2, show_default=True, help="Tool-using turns the demo model asks for.")
+@click.option(
+    "--turns",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Tool-using turns the demo model asks for.",
+)
 def demo(store: str | None, turns: int) -> None:
     """Record the bundled agent against the bundled local model, replay it offline twice, show it."""
     from .demo.run import run_demo

@@ -1270,6 +1270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="make every answer reproducible")
     parser.add_argument("--chunk-delay-ms", type=float, default=1.0, help="pause between SSE frames (max 2)")
     args = parser.parse_args(argv)
+    if args.turns < 0:
+        parser.error(f"argument --turns: must be 0 or more, not {args.turns}")
 
     stop = threading.Event()
 

@@ -25,8 +25,10 @@ import httpx2
 import openai
 import orjson
 import pytest
+from click.testing import CliRunner
 from rich.console import Console
 
+from forkpoint.cli import main
 from forkpoint.demo import agent as demo_agent
 from forkpoint.demo import server as demo_server
 from forkpoint.demo.agent import run_agent
@@ -579,3 +581,19 @@ def test_the_demo_counts_one_call_in_the_singular(tmp_path: Path) -> None:
     out = io.StringIO()
     assert run_demo(store=tmp_path / "s", turns=0, console=Console(file=out, width=200)) == 0
     assert ": 1 model call, 0 tool calls, exit code 0" in out.getvalue(), out.getvalue()
+
+
+def test_a_negative_turns_for_the_demo_is_a_usage_error(tmp_path: Path) -> None:
+    """``forkpoint demo --turns -1`` ended in a ValueError traceback from the model server."""
+    result = CliRunner().invoke(main, ["demo", "--store", str(tmp_path / "s"), "--turns", "-1"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--turns': -1 is not in the range x>=0." in result.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_standalone_server_refuses_a_negative_turns(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m forkpoint.demo.server --turns -1`` ended in a ValueError traceback."""
+    with pytest.raises(SystemExit) as exited:
+        demo_server.main(["--turns", "-1"])
+    assert exited.value.code == 2
+    assert "error: argument --turns: must be 0 or more, not -1" in capsys.readouterr().err
