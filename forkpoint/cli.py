@@ -1501,7 +1501,13 @@ def make_test_cmd(
 @click.option(
     "--service-name", metavar="NAME", help="service.name of the exported resource (default: forkpoint)."
 )
-@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait for the OTLP endpoint.")
+@click.option(
+    "--timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to wait for the OTLP endpoint.",
+)
 @click.option(
     "--new-trace",
     is_flag=True,

@@ -390,3 +390,13 @@ def test_a_header_that_is_not_key_value_is_named_by_its_place_never_printed(
         assert f"Invalid value for {option}: the 2nd given is not KEY=VALUE" in result.output
         assert fix in result.output and "tok-9f8e7d6c5b4a" not in result.output, result.output
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("timeout", "read"), [("0", "0.0"), ("-5", "-5.0")])
+def test_an_export_timeout_of_zero_or_less_is_a_usage_error(tmp_path: Path, timeout: str, read: str) -> None:
+    """``forkpoint export --timeout -5`` got as far as the exporter, which said it "cannot set the
+    connect timeout to 0.0", after "see the log above": the option is what was wrong."""
+    args = ["export", "last", "--store", str(tmp_path), "--otlp", "http://127.0.0.1:9", "--timeout", timeout]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--timeout': {read} is not in the range x>0." in result.output
