@@ -301,9 +301,15 @@ def _pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> Se
             raise SessionError(f"{where}: no sessions in this store")
         return rows[-1]
     hits = [r for r in rows if r.session_id.startswith(text)]
+    named = [r for r in rows if r.error is None and r.header.get("name") == text]
+    if len(hits) == 1 and named and named != hits:
+        # either reading leaves a session no one could name by this text: say so, pick neither
+        raise SessionError(
+            f"{ref!r} is ambiguous in {where}: the start of the id of {hits[0].session_id}, and the "
+            f"name of {named[-1].session_id}: name it by its id"
+        )
     if len(hits) == 1:
         return hits[0]
-    named = [r for r in rows if r.error is None and r.header.get("name") == text]
     if named:  # a name given with --name wins over an ambiguous id prefix ("2026")
         return named[-1]  # a name recorded again (a nightly run): its newest session
     if len(hits) > 1:

@@ -492,6 +492,27 @@ def test_session_resolution(recorded: Recorded, tmp_path: Path) -> None:
     assert "did you mean '20260104-000000-ddd555'" in flat(r.output)  # and in an id
 
 
+def test_a_name_that_is_another_sessions_id_prefix_is_ambiguous(tmp_path: Path) -> None:
+    """A session named ``20260101`` beside one whose id is the only one to start so: the id prefix
+    named the other session, and the named one could not be reached by its name, without a word."""
+    store = tmp_path / "store"
+    SessionWriter.create(store, {"argv": ["x"]}, session_id="20260101-000000-aaa111", fsync="never").close()
+    SessionWriter.create(
+        store, {"argv": ["x"], "name": "20260101"}, session_id="20260102-000000-bbb333", fsync="never"
+    ).close()
+    r = CliRunner().invoke(main, ["show", "20260101", "--store", str(store)])
+    assert r.exit_code == 1, r.output
+    assert (
+        "'20260101' is ambiguous in " in flat(r.output)
+        and "the start of the id of 20260101-000000-aaa111, and the name of 20260102-000000-bbb333: "
+        "name it by its id"
+        in flat(r.output)
+    ), r.output
+    for ref, sid in (("20260101-000000-aaa111", "aaa111"), ("20260102-000000", "bbb333")):
+        r = CliRunner().invoke(main, ["show", ref, "--store", str(store), "--json"])
+        assert r.exit_code == 0 and json.loads(r.stdout)["header"]["session_id"].endswith(sid), r.output
+
+
 @pytest.mark.slow
 def test_verify_passes_then_fails_after_tampering(recorded: Recorded, tmp_path: Path) -> None:
     copy = tmp_path / recorded.alpha.name
