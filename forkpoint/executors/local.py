@@ -74,16 +74,58 @@ def _done(finished: queue.SimpleQueue[int], index: int, _future: object) -> None
     finished.put(index)
 
 
+#: A task child's guard: it waits on a pipe that only the task's process writes to. The end of the
+#: pipe without the line :func:`task_child` writes once the child was waited for means that process
+#: died (a Ray worker killed by the OOM killer, ``forkpoint`` itself killed): the guard then stops the
+#: child's process group, which would otherwise run on, orphaned (an arm's agent calling the live
+#: model and writing into its folder and session after the arm was said lost).
+_GUARD = 'read -r _ || kill -s KILL -- "-$1" 2>/dev/null'
+#: The guard of each child in :data:`_children`.
+_guards: dict[subprocess.Popen[Any], subprocess.Popen[bytes]] = {}
+
+
+def _guard(proc: subprocess.Popen[Any]) -> subprocess.Popen[bytes] | None:
+    try:
+        return subprocess.Popen(
+            ["/bin/sh", "-c", _GUARD, "forkpoint-guard", str(proc.pid)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            # (out of the task's process group: whatever stops that one must not end the guard too)
+            start_new_session=True,
+        )
+    except OSError:  # (no process left to start: the child runs unguarded, as it always did)
+        return None
+
+
+def _release(guard: subprocess.Popen[bytes]) -> None:
+    assert guard.stdin is not None
+    try:
+        guard.stdin.write(b"done\n")
+        guard.stdin.close()
+    except BrokenPipeError:  # (it was killed: nothing to release)
+        pass
+    guard.wait()
+
+
 def task_child(proc: subprocess.Popen[Any], *, done: bool = False) -> None:
     """Keep track of ``proc``, a task's child started in a session of its own, until ``done``. A
     child started after the executor passed a signal on (its task was running, restoring a
     checkpoint say, or the child ran before its thread got here) gets that signal now: it would
-    otherwise run to its end, and forkpoint wait for it."""
-    with _children_lock:
-        if done:
+    otherwise run to its end, and forkpoint wait for it. Until ``done``, a guard (:data:`_GUARD`)
+    stops the child's process group if this process dies."""
+    if done:
+        with _children_lock:
             _children.discard(proc)
-            return
+            guard = _guards.pop(proc, None)
+        if guard is not None:
+            _release(guard)
+        return
+    guard = _guard(proc)
+    with _children_lock:
         _children.add(proc)
+        if guard is not None:
+            _guards[proc] = guard
         # (under the lock: a signal handled after this finds the child in _children instead)
         late = _interrupted[-1] if _interrupted else None
     if late is not None:

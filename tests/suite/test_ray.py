@@ -5,6 +5,7 @@ sessions and outcomes in the shared store."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -250,3 +251,39 @@ def test_an_arm_stopped_at_its_timeout_on_ray_leaves_nothing_it_started_running(
     out = fork.stdout + fork.stderr
     assert "ran longer than its timeout of 8 s" in out, out
     assert "outcome: 1/1 passed" in fork.stdout, out
+
+
+def _running(pid: int) -> bool:
+    """True while process ``pid`` runs (not gone, not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_an_arm_whose_ray_worker_dies_leaves_nothing_its_agent_started_running(
+    cluster: str, keeper: Keeper, tmp_path: Path
+) -> None:
+    """The arm's agent leads a process group of its own on the worker: when the worker died under it
+    (killed as the OOM killer would), the fork reported the arm lost and ended, while its agent and
+    what the agent started went on, orphaned, calling the live model and writing into the arm's folder
+    and session after the arm was said lost. They are stopped with the worker."""
+    before = keeper.resumable()[1]
+    pid_file = tmp_path / "started.pid"
+    agent = f"sleep 60 & echo $! > {shlex.quote(str(pid_file))}; {shlex.quote(sys.executable)} -c {shlex.quote(KILL_WORKER)}; wait"
+    fork = forkpoint_cli(
+        "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--executor", f"ray:{cluster}", "--", "sh", "-c", agent,
+        cwd=tmp_path, env=keeper.env,
+    )  # fmt: skip
+    out = fork.stdout + fork.stderr
+    assert re.search(r"arm-1 +task failed +unknown", fork.stdout), out
+    started = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _running(started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _running(started)
+    if left:
+        os.kill(started, signal.SIGKILL)
+    assert not left, "what the lost arm's agent started still runs after the fork ended"
