@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from .executors import Executor
     from .log import Session
+    from .orchestrate import Arm
     from .store import Store
 
 
@@ -332,6 +333,13 @@ def _arm_options(f: Any) -> Any:
     )(f)
     f = _store_opt(_executor_options(_outcome_options(f)))
     f = click.option(
+        "--json",
+        "json_file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Also write every arm (checkpoint, exit code, outcome, session, why it was not run…) as JSON.",
+    )(f)
+    f = click.option(
         "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="See restore --repo."
     )(f)
     f = click.option(
@@ -356,6 +364,18 @@ def _arm_options(f: Any) -> Any:
         metavar="SPEC",
         help="Applied in every arm (see replay --override).",
     )(f)
+
+
+def _write_arms(json_file: Path | None, session: Session, arms: list[Arm], executor: str) -> None:
+    """Write fork's or sweep's ``arms`` to ``json_file`` (--json), each as its task returned it."""
+    if json_file is not None:
+        import orjson
+
+        from .files import write_private
+        from .redact import scrub_json
+
+        data = {"session": session.id, "executor": executor, "arms": [arm.to_json() for arm in arms]}
+        write_private(str(json_file), orjson.dumps(scrub_json(data), option=orjson.OPT_INDENT_2))
 
 
 def _stopped() -> bool:
@@ -1022,6 +1042,7 @@ def fork(
     outcome_timeout: float,
     executor: str,
     jobs: int | None,
+    json_file: Path | None,
     trust: bool,
     store: str | None,
     cmd: tuple[str, ...],
@@ -1039,9 +1060,11 @@ def fork(
     than 0 (an arm stopped by --arm-timeout included), whatever its outcome, or when an arm's
     session could not be uploaded to a remote store.
     """
-    from .orchestrate import Arm, fork_specs, resumable, run_arms
+    from .orchestrate import fork_specs, resumable, run_arms
     from .show import terminal
 
+    if json_file is not None:
+        _output_file(json_file, "--json")
     if into is not None:
         _new_folder(into, "--into")
     session, seq = _session_at(ref, store, signature=trust)  # (without --trust, refused below)
@@ -1087,6 +1110,7 @@ def fork(
     from .suite.tables import fork_table, not_stored, pass_rate_line
 
     terminal().print(fork_table(done, title=f"fork of {session.id}@{seq}"))
+    _write_arms(json_file, session, done, executor)
     if outcome_cmd:
         click.echo(pass_rate_line(done))
     lacking = not_stored(done)
@@ -1144,6 +1168,7 @@ def sweep(
     outcome_timeout: float,
     executor: str,
     jobs: int | None,
+    json_file: Path | None,
     trust: bool,
     store: str | None,
     cmd: tuple[str, ...],
@@ -1156,15 +1181,15 @@ def sweep(
     and never run. Exits 1 when some arm could not run (or its session could not be uploaded to a
     remote store).
     """
-    from .orchestrate import Arm
     from .show import terminal
     from .suite import plan_sweep
     from .suite.tables import not_stored, sweep_table, sweep_verdict, unmeasured
 
     if not outcome_cmd:
         raise click.UsageError("sweep measures an outcome: give --outcome CMD")
-    if html_file is not None:
-        _output_file(html_file, "--html")
+    for f, option in ((html_file, "--html"), (json_file, "--json")):
+        if f is not None:
+            _output_file(f, option)
     if into is not None:
         _new_folder(into, "--into")
     s = _load(session, store, signature=trust)  # (without --trust, refused below)
@@ -1209,6 +1234,7 @@ def sweep(
         )
         result = plan.run(executor=ex, on_arm=shown)
     terminal().print(sweep_table(result))
+    _write_arms(json_file, s, result["arms"], executor)
     click.echo(sweep_verdict(result))
     not_measured = unmeasured(result["arms"])
     if not_measured:

@@ -111,6 +111,35 @@ def test_fork_measures_the_outcome_of_every_arm(keeper: Keeper, tmp_path: Path) 
         assert (arms / f"arm-{i}.log").read_text().startswith("final: Done.")
 
 
+def test_fork_and_sweep_write_every_arm_as_json(keeper: Keeper, tmp_path: Path) -> None:
+    """docs/scale.md says a task's row is shown and written to --json, and a researcher comparing
+    arms needs them as data: fork and sweep had no --json (a usage error), and what each arm came
+    to was only in the table's text or in each arm's session."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "2", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME, "--json", str(tmp_path / "fork.json"),
+        "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    assert fork.returncode == 0, fork.stdout + fork.stderr
+    data = json.loads((tmp_path / "fork.json").read_text())
+    assert (data["session"], data["executor"]) == (keeper.session.id, "local")
+    assert [(a["index"], a["seq"]) for a in data["arms"]] == [(1, before), (2, before)]
+    by_id = {c.id: outcome_of(c) for c in arms_of_store(keeper)}
+    for arm in data["arms"]:  # (each row is its arm's: the outcome its session holds)
+        assert arm["outcome"]["passed"] == by_id[Path(arm["session"]).name]["passed"], arm
+        assert arm["exit_code"] == 0 and arm["lost"] is False, arm
+    sweep = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--from", str(before), "--to", str(before), "--arms", "1",
+        "--into", str(tmp_path / "sweep"), "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME,
+        "--json", str(tmp_path / "sweep.json"), "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    (arm,) = json.loads((tmp_path / "sweep.json").read_text())["arms"]
+    assert arm["seq"] == before and arm["exit_code"] == 0, arm
+    assert outcome_of(Session.load(arm["session"]))["passed"] == arm["outcome"]["passed"]
+
+
 @pytest.mark.slow
 def test_sweep_shows_where_the_run_became_unrecoverable(keeper: Keeper, tmp_path: Path) -> None:
     cps = keeper.resumable()
