@@ -78,15 +78,17 @@ def _done(finished: queue.SimpleQueue[int], index: int, _future: object) -> None
 #: pipe without the line :func:`task_child` writes once the child was waited for means that process
 #: died (a Ray worker killed by the OOM killer, ``forkpoint`` itself killed): the guard then stops the
 #: child's process group, which would otherwise run on, orphaned (an arm's agent calling the live
-#: model and writing into its folder and session after the arm was said lost).
-_GUARD = 'read -r _ || kill -s KILL -- "-$1" 2>/dev/null'
+#: model and writing into its folder and session after the arm was said lost). The shell started
+#: leaves the guard in the background and exits: Ray kills a dead job's workers' own children, and
+#: the guard must outlive them. (A background command's input is /dev/null: the pipe goes as fd 3.)
+_GUARD = 'exec 3<&0; { read -r _ <&3 || kill -s KILL -- "-$1"; } >/dev/null 2>&1 & exit 0'
 #: The guard of each child in :data:`_children`.
 _guards: dict[subprocess.Popen[Any], subprocess.Popen[bytes]] = {}
 
 
 def _guard(proc: subprocess.Popen[Any]) -> subprocess.Popen[bytes] | None:
     try:
-        return subprocess.Popen(
+        guard = subprocess.Popen(
             ["/bin/sh", "-c", _GUARD, "forkpoint-guard", str(proc.pid)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
@@ -96,6 +98,8 @@ def _guard(proc: subprocess.Popen[Any]) -> subprocess.Popen[bytes] | None:
         )
     except OSError:  # (no process left to start: the child runs unguarded, as it always did)
         return None
+    guard.wait()  # (the shell that left it running)
+    return guard
 
 
 def _release(guard: subprocess.Popen[bytes]) -> None:
@@ -105,7 +109,6 @@ def _release(guard: subprocess.Popen[bytes]) -> None:
         guard.stdin.close()
     except BrokenPipeError:  # (it was killed: nothing to release)
         pass
-    guard.wait()
 
 
 def task_child(proc: subprocess.Popen[Any], *, done: bool = False) -> None:

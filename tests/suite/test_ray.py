@@ -262,6 +262,18 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def still_running_after(pid: int, seconds: float) -> bool:
+    """True when process ``pid`` still runs ``seconds`` from now (it is then killed: a test that
+    fails leaves nothing behind)."""
+    deadline = time.monotonic() + seconds
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _running(pid)
+    if left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
 def test_an_arm_whose_ray_worker_dies_leaves_nothing_its_agent_started_running(
     cluster: str, keeper: Keeper, tmp_path: Path
 ) -> None:
@@ -280,10 +292,34 @@ def test_an_arm_whose_ray_worker_dies_leaves_nothing_its_agent_started_running(
     out = fork.stdout + fork.stderr
     assert re.search(r"arm-1 +task failed +unknown", fork.stdout), out
     started = int(pid_file.read_text())
-    deadline = time.monotonic() + 5
-    while _running(started) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = _running(started)
-    if left:
-        os.kill(started, signal.SIGKILL)
-    assert not left, "what the lost arm's agent started still runs after the fork ended"
+    assert not still_running_after(started, 5), (
+        "what the lost arm's agent started still runs after the fork ended"
+    )
+
+
+def test_a_fork_killed_while_its_arm_runs_on_ray_leaves_nothing_its_agent_started_running(
+    cluster: str, keeper: Keeper, tmp_path: Path
+) -> None:
+    """``forkpoint fork`` killed (kill -9: the OOM killer, a lost CI runner) while an arm runs: Ray
+    ends the job's workers and kills their own children, the arm's agent and its guard alike, but not
+    what the agent started, which ran on, orphaned, in the arm's folder. The guard is no child of
+    the worker, so it outlives it and stops the agent's process group."""
+    before = keeper.resumable()[1]
+    pid_file = tmp_path / "started.pid"
+    agent = f"sleep 60 & echo $! > {shlex.quote(str(pid_file))}; wait"
+    fork = subprocess.Popen(
+        [sys.executable, "-m", "forkpoint.cli", "fork", f"{keeper.session.id}@{before}", "--arms", "1",
+         "--into", str(tmp_path / "arms"), "--store", str(keeper.store), "--executor", f"ray:{cluster}",
+         "--", "sh", "-c", agent],
+        cwd=tmp_path, env=keeper.env | RAY_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert fork.poll() is None and time.monotonic() < deadline, "the arm's agent never started"
+        time.sleep(0.2)
+    started = int(pid_file.read_text())
+    fork.kill()
+    fork.wait()
+    assert not still_running_after(started, 20), (
+        "what the arm's agent started still runs after its fork was killed"
+    )
