@@ -33,6 +33,24 @@ LOST = {
 }
 
 
+def _reachable(address: str | None) -> None:
+    """Refuse a ``HOST:PORT`` cluster address where nothing listens (a typo in the port, a head not
+    started): Ray's client retries connecting for minutes, saying nothing forkpoint can report."""
+    if not address or "://" in address:  # (``auto``, Ray Client: Ray's own errors say what is wrong)
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    import socket
+
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as exc:
+        raise UsageError(
+            f"--executor ray: cannot connect to the Ray cluster at {address}: {exc.strerror or exc}"
+        ) from None
+
+
 class RayExecutor(Executor):
     """Run tasks as Ray tasks on the cluster at ``address`` (see the module docstring)."""
 
@@ -52,6 +70,7 @@ class RayExecutor(Executor):
         self._started = False
         if not ray.is_initialized():
             options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
+            _reachable(address or os.environ.get("RAY_ADDRESS"))
             try:
                 if address:
                     ray.init(address=address, **options)

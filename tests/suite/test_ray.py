@@ -323,3 +323,23 @@ def test_a_fork_killed_while_its_arm_runs_on_ray_leaves_nothing_its_agent_starte
     assert not still_running_after(started, 20), (
         "what the arm's agent started still runs after its fork was killed"
     )
+
+
+def test_a_ray_address_where_nothing_listens_is_said_at_once(tmp_path: Path) -> None:
+    """``--executor ray:HOST:PORT`` with a typo in the port (nothing listens there): Ray's client
+    retried connecting for minutes on end, printing its own warnings, and forkpoint said nothing of
+    its own (a reviewer's check was still waiting after 3 minutes). It is a usage error at once,
+    naming the address."""
+    store = tmp_path / "store"
+    with ModelServer(turns=1) as srv:
+        record_demo_sessions(store, 1, srv.openai_base_url, tmp_path / "work")
+    address = f"127.0.0.1:{free_port()}"
+    try:
+        check = subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", "check", str(store), "--executor", f"ray:{address}"],
+            cwd=tmp_path, env=cli_env() | RAY_ENV, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"forkpoint check --executor ray:{address} was still waiting after 60 s")
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert f"cannot connect to the Ray cluster at {address}" in check.stderr, check.stderr
