@@ -374,7 +374,10 @@ def _write_arms(json_file: Path | None, session: Session, arms: list[Arm], execu
         from .files import write_private
         from .redact import scrub_json
 
-        data = {"session": session.id, "executor": executor, "arms": [arm.to_json() for arm in arms]}
+        # (each arm's session by its id too: its path is where it ran, a Ray worker's mirror of a
+        # remote store, and the id names it in the store from anywhere)
+        rows = [{"session_id": Path(a.session).name if a.session else None} | a.to_json() for a in arms]
+        data = {"session": session.id, "executor": executor, "arms": rows}
         write_private(str(json_file), orjson.dumps(scrub_json(data), option=orjson.OPT_INDENT_2))
 
 
