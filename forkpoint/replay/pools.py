@@ -31,6 +31,13 @@ finished, all for the others), which holds for the waits after it until the next
 loop writes a note when what its polls get changes, not at each poll; a replay hands back as many as that wait got live, the first to finish first, and leaves the rest in
 ``not_done`` for the next wait, which returns at once. A pool's future finishes, in that order,
 where its served call's result was handed over (:func:`released`).
+
+Not held, but said: the futures asyncio makes of a pool's (``asyncio.wrap_future``, which
+``run_in_executor`` and ``asyncio.to_thread`` use) are finished by the event loop when the pool's
+thread hands them over, after the pool's function has returned, and the recording keeps the order
+the calls finished in, not the order these did. An asyncio ``wait`` or ``as_completed`` that takes
+them, and a ``wait`` or ``as_completed`` of a process pool's futures, are noted when recorded and
+told to the replay (:func:`_not_held`), whose verdict says so.
 """
 
 from __future__ import annotations
@@ -95,12 +102,19 @@ _OF_PROCESSES = "_forkpoint_of_processes"
 #: futures while it recorded (:func:`_of_processes`), once each.
 _processes_taken: weakref.WeakKeyDictionary[Any, list[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
-#: The asyncio futures ``run_in_executor`` made of a process pool's (:func:`_install_run_in_executor`),
-#: which :func:`_of_processes` counts as the pool's own.
-_of_process_pool: weakref.WeakSet[Any] = weakref.WeakSet()
+#: An asyncio future made of a pool's (``asyncio.wrap_future``: ``run_in_executor``,
+#: ``asyncio.to_thread``), or a task that made one, → the pool's future (:func:`_install_wrap_future`).
+#: The event loop finishes it when the pool's thread hands it over, after the pool's function has
+#: returned: the order a replay releases the served calls in does not decide the order these finish in.
+_made_of: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
-#: The text of the note a recording keeps of them (:func:`end_recording`).
+#: Runtime → the asyncio ``as_completed`` and ``wait`` calls, and where made, that took the futures
+#: asyncio made of a thread pool's while it recorded (:func:`_not_held`), once each.
+_threads_taken: weakref.WeakKeyDictionary[Any, list[tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+#: The texts of the notes a recording keeps of them (:func:`end_recording`).
 PROCESS_POOLS = "a process pool's futures were taken as they finished"
+THREAD_POOLS = "the futures asyncio made of a thread pool's were taken as they finished"
 
 #: The asyncio tasks a tool's call ended, or a model call's answer came, in (:func:`_call_ended`).
 _called_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -140,7 +154,7 @@ def install(mode: str) -> None:
     def yielded(fs: list[Any], waiter: Any, ref_collect: Any) -> Iterator[Any]:
         rt = runtime.active()
         if rt is not None:
-            _of_processes(rt, "as_completed", _place(sys._getframe(2)), fs)  # (→ as_completed →)
+            _not_held(rt, "as_completed", _place(sys._getframe(2)), fs)  # (→ as_completed →)
         if rt is not None and rt.mode == "replay":
             fs.sort(key=_finished_at, reverse=True)  # (popped from the end: the first finished first)
         return real(fs, waiter, ref_collect)  # type: ignore[no-any-return]
@@ -283,7 +297,7 @@ def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[An
         return done, not_done  # (it returns when all have finished: nothing to hold)
     usual = 1 if first else len(done) + len(not_done)
     at = _place(caller.f_back)
-    _of_processes(rt, "wait", at, done)
+    _not_held(rt, "wait", at, done)
     done, not_done, short = _as_live(rt, "threads", at, done, not_done, _finished_at, usual)
     if short is not None:  # (decided holding the futures' locks: it cannot wait for more here)
         _said_short(rt, short)
@@ -315,7 +329,7 @@ def install_asyncio(aio: Any, mode: str) -> None:
             # (finished, but its callback queued behind the one that woke this wait: once round the
             # loop, it has run; the callbacks of futures that finished later run after it)
             await aio.sleep(0)
-        _of_processes(rt, "asyncio.wait", at, done)
+        _not_held(rt, "asyncio.wait", at, done, fs)
         first = 1 if return_when == aio.FIRST_COMPLETED else len(fs)
         done, pending, short = _as_live(rt, "asyncio", at, done, pending, _finished_in_loop, first)
         if short is not None:
@@ -327,13 +341,39 @@ def install_asyncio(aio: Any, mode: str) -> None:
     waited.__forkpoint_pools__ = True  # type: ignore[attr-defined]
     tasks._wait = waited  # type: ignore[union-attr]
     _install_as_completed(aio, mode)
+    _install_wrap_future(aio)
+
+
+def _install_wrap_future(aio: Any) -> None:
+    """Wrap ``asyncio.wrap_future`` (which ``run_in_executor``, and so ``asyncio.to_thread``, look
+    up at every call) so that the future it makes of a pool's, and the task that made it, are known
+    as such (:data:`_made_of`). A program that imported it before the recording began, or another
+    event loop that did (uvloop), makes futures not known so."""
+    futures = getattr(aio, "futures", None)
+    if (real := _to_wrap(futures, "wrap_future", "record")) is None:
+        return
+
+    @functools.wraps(real)
+    def wrap_future(future: Any, *, loop: Any = None) -> Any:
+        made = real(future, loop=loop)
+        if made is not future and runtime.active() is not None:
+            # (a task that awaits it, asyncio.to_thread's, ends as it does)
+            for known in (made, runtime.running_task()):
+                try:
+                    _made_of[known] = future
+                except TypeError:  # (None, or an object no weakref can hold: not known so)
+                    pass
+        return made
+
+    wrap_future.__forkpoint_pools__ = True  # type: ignore[attr-defined]
+    futures.wrap_future = aio.wrap_future = wrap_future  # type: ignore[union-attr]
     _install_run_in_executor(aio)
 
 
 def _install_run_in_executor(aio: Any) -> None:
-    """Wrap the event loop's ``run_in_executor`` so that the futures it makes of a process pool's
-    are known as such (:data:`_of_process_pool`): asyncio's own future is finished by the loop, not
-    by the pool's manager thread (:func:`_stamping`). Another loop's (uvloop's) is not wrapped."""
+    """Wrap the event loop's ``run_in_executor`` so that a process pool's future it makes asyncio's
+    is known as such before it finishes (:func:`_of_processes`; finished, its manager thread's
+    marks it: :func:`_stamping`). Another loop's (uvloop's) is not wrapped."""
     from concurrent.futures import ProcessPoolExecutor
 
     loop_class = getattr(getattr(aio, "base_events", None), "BaseEventLoop", None)
@@ -343,8 +383,8 @@ def _install_run_in_executor(aio: Any) -> None:
     @functools.wraps(real)
     def run_in_executor(self: Any, executor: Any, func: Any, *args: Any) -> Any:
         future = real(self, executor, func, *args)
-        if isinstance(executor, ProcessPoolExecutor) and runtime.active() is not None:
-            _of_process_pool.add(future)
+        if isinstance(executor, ProcessPoolExecutor) and future in _made_of:
+            setattr(_made_of[future], _OF_PROCESSES, True)
         return future
 
     run_in_executor.__forkpoint_pools__ = True  # type: ignore[attr-defined]
@@ -368,19 +408,38 @@ def _install_as_completed(aio: Any, mode: str) -> None:
     def as_completed(fs: Any, *, timeout: Any = None) -> Iterator[Any]:
         rt = runtime.active()
         loop = aio._get_running_loop()
-        if rt is not None and not (aio.isfuture(fs) or aio.iscoroutine(fs)):
-            fs = list(fs)  # (read once, here and by as_completed)
-            _of_processes(rt, "asyncio.as_completed", _place(sys._getframe(1)), fs)
-        if rt is None or rt.mode != "replay" or loop is None or aio.isfuture(fs) or aio.iscoroutine(fs):
+        if rt is None or loop is None or aio.isfuture(fs) or aio.iscoroutine(fs):
             yield from real(fs, timeout=timeout)  # (its errors as it raises them)
             return
-        todo = {aio.ensure_future(f, loop=loop) for f in set(fs)}
-        finished = sorted((f for f in todo if f.done()), key=_finished_in_loop)
-        for i, f in enumerate(finished):
-            yield _result_of(aio, f, settle=i == 0)
-        yield from real(todo.difference(finished), timeout=timeout)
+        todo = {aio.ensure_future(f, loop=loop) for f in set(fs)}  # (as as_completed does)
+        at = _place(sys._getframe(1))
+
+        said = False
+
+        def took() -> None:
+            # (once a result is taken: a task has made its pool's future by then, asyncio.to_thread's)
+            nonlocal said
+            said = said or _not_held(rt, "asyncio.as_completed", at, [f for f in todo if f.done()], todo)
+
+        taken: Iterator[Any] = real(todo, timeout=timeout)
+        if rt.mode == "replay":
+            finished = sorted((f for f in todo if f.done()), key=_finished_in_loop)
+            taken = itertools.chain(
+                (_result_of(aio, f, settle=i == 0) for i, f in enumerate(finished)),
+                real(todo.difference(finished), timeout=timeout),
+            )
+        for next_one in taken:
+            yield _then(next_one, took)
 
     aio.as_completed = aio.tasks.as_completed = as_completed
+
+
+async def _then(next_one: Any, took: Callable[[], None]) -> Any:
+    """Await ``as_completed``'s ``next_one``, then call ``took``."""
+    try:
+        return await next_one
+    finally:
+        took()
 
 
 async def _result_of(aio: Any, future: Any, settle: bool) -> Any:
@@ -392,19 +451,44 @@ async def _result_of(aio: Any, future: Any, settle: bool) -> Any:
     return future.result()
 
 
-def _of_processes(rt: runtime.Runtime, how: str, at: str, finished: Iterable[Any]) -> None:
+def _not_held(
+    rt: runtime.Runtime, how: str, at: str, finished: Iterable[Any], waited: Iterable[Any] = ()
+) -> bool:
     """Note that an ``as_completed`` or ``wait`` (``how``) made ``at`` took a process pool's
-    finished futures, whose order and number a replay does not hold: told to the replay, or kept
-    for the recording's end (:func:`end_recording`)."""
-    if not any(getattr(f, _OF_PROCESSES, False) or f in _of_process_pool for f in finished):
-        return
-    said = getattr(rt, "not_held", None)
+    finished futures, whose order and number a replay does not hold; or, of the futures asyncio made
+    of a thread pool's (:data:`_made_of`), ``finished`` one and ``waited`` for more than one, whose
+    order a replay does not hold: told to the replay, or kept for the recording's end
+    (:func:`end_recording`). True when it noted either."""
+    finished = list(finished)
+    processes = any(_of_processes(f) for f in finished)
+    if processes:
+        _taken(rt, "processes", how, at)
+    threads = (
+        any(f in _made_of and not _of_processes(f) for f in finished)
+        and sum(f in _made_of for f in waited) > 1
+    )
+    if threads:
+        _taken(rt, "threads", how, at)
+    return processes or threads
+
+
+def _of_processes(future: Any) -> bool:
+    """Whether ``future`` is a process pool's, or asyncio's made of one (:data:`_made_of`)."""
+    return getattr(future, _OF_PROCESSES, False) or (
+        future in _made_of and getattr(_made_of[future], _OF_PROCESSES, False)
+    )
+
+
+def _taken(rt: runtime.Runtime, pools: str, how: str, at: str) -> None:
+    """Tell the replay that ``how`` made ``at`` took the futures of ``pools`` (``processes``,
+    ``threads``) as they finished, or keep it for the recording's end (:func:`end_recording`)."""
     if rt.mode == "replay":
+        said = getattr(rt, "not_held", None)
         if callable(said):
-            said(how, at)
+            said(pools, how, at)
         return
     with _waits_lock:
-        taken = _processes_taken.setdefault(rt, [])
+        taken = (_processes_taken if pools == "processes" else _threads_taken).setdefault(rt, [])
         if (how, at) not in taken:
             taken.append((how, at))
 
@@ -508,16 +592,28 @@ def end_recording(rt: runtime.Runtime) -> None:
             for place, m in (_waits.get(rt) or {}).items()
             if m.pid == pid and m.got != _USUAL
         ]
-        taken = list(_processes_taken.get(rt) or ())
+        processes = list(_processes_taken.get(rt) or ())
+        threads = list(_threads_taken.get(rt) or ())
     for (waits, at), count in ended:
         _noted(note, waits, at, count + 1, _USUAL)
-    if taken:
-        note(PROCESS_POOLS, process_pools=[{"waits": how, "at": at} for how, at in taken])
-        say(
-            "forkpoint: WARNING: this run took a process pool's futures as they finished ("
-            f"{', '.join(f'{how} at {at}' for how, at in taken)}, ProcessPoolExecutor): a replay does not "
-            "hold the order and number they finished in, and its verdict will say so"
-        )
+    for taken, text, key, whose, which, held in (
+        (
+            processes,
+            PROCESS_POOLS,
+            "process_pools",
+            "a process pool's futures",
+            ", ProcessPoolExecutor",
+            "order and number",
+        ),
+        (threads, THREAD_POOLS, "thread_pools", "the futures asyncio made of a thread pool's", "", "order"),
+    ):
+        if taken:
+            note(text, **{key: [{"waits": how, "at": at} for how, at in taken]})
+            say(
+                f"forkpoint: WARNING: this run took {whose} as they finished ("
+                f"{', '.join(f'{how} at {at}' for how, at in taken)}{which}): a replay does not hold the "
+                f"{held} they finished in, and its verdict will say so"
+            )
 
 
 def _noted(note: Callable[..., Any], waits: str, at: str, wait: int, got: tuple[int | None, int]) -> None:

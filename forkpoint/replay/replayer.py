@@ -904,8 +904,10 @@ class Replayer:
         self.waits_untold: list[dict[str, Any]] = []
         #: The waits that got fewer futures of the program's own than live (own_short).
         self.waits_own: list[dict[str, Any]] = []
-        #: The as_completed and waits that took a process pool's futures, once each (not_held).
+        #: The as_completed and waits that took a process pool's futures, or the futures asyncio
+        #: made of a thread pool's, once each (not_held).
         self.process_pools: list[dict[str, str]] = []
+        self.thread_pools: list[dict[str, str]] = []
         #: The recording's AT_ONCE notes, read once (finished_at_once, _noted_waits).
         self._at_once: dict[tuple[int | None, str, str], NotedWaits] | None = None
         #: The recorded processes of the calls served here (:meth:`_serve`): kept as they are served,
@@ -937,7 +939,8 @@ class Replayer:
         self.live_calls = dict.fromkeys(self.live_calls, 0)
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
-        self.waits_short, self.waits_untold, self.waits_own, self.process_pools = [], [], [], []
+        self.waits_short, self.waits_untold, self.waits_own = [], [], []
+        self.process_pools, self.thread_pools = [], []
         self._pids_served = set()
         self.unanswered = []
         self.alike_served, self.placeholders_served, self._same_caller = [], [], []
@@ -1865,12 +1868,14 @@ class Replayer:
         with self._turns:
             self.waits_own.append(short)
 
-    def not_held(self, how: str, at: str) -> None:
+    def not_held(self, pools: str, how: str, at: str) -> None:
         """Note that an ``as_completed`` or ``wait`` (``how``) made ``at`` took a process pool's
-        futures (:mod:`~forkpoint.replay.pools`), whose order and number are not held."""
+        futures (``pools``: ``processes``), whose order and number are not held, or the futures
+        asyncio made of a thread pool's (``threads``), whose order is not (:mod:`~forkpoint.replay.pools`)."""
         with self._turns:
-            if (taken := {"waits": how, "at": at}) not in self.process_pools:
-                self.process_pools.append(taken)
+            taken = self.process_pools if pools == "processes" else self.thread_pools
+            if (waited := {"waits": how, "at": at}) not in taken:
+                taken.append(waited)
 
     def finished_at_once(self, waits: str, at: str, wait: int, finished: int, usual: int) -> tuple[int, int]:
         """How many finished futures this process's ``wait``-th wait of ``waits``' kind made
@@ -2385,6 +2390,7 @@ class Replayer:
                 "waits_untold": list(self.waits_untold),
                 "waits_own": list(self.waits_own),
                 "process_pools": list(self.process_pools),
+                "thread_pools": list(self.thread_pools),
                 # (answered at once on replay: the order their answers came in live is not held)
                 "model_order": (
                     answered_before_earlier(

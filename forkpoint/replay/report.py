@@ -429,7 +429,7 @@ def caveat(report: dict[str, Any]) -> str | None:
     to racing callers, a tool that changed state in place, MCP messages whose request cannot be
     told, model answers not held to the order they came in live, a wait for the first finished
     future that got fewer than live (or a served call's where live one of the program's own won),
-    a process pool's futures taken as they finished, secrets served as their placeholders. Each
+    a process pool's futures taken as they finished, or the futures asyncio made of a thread pool's, secrets served as their placeholders. Each
     that applies is said (one hid the others)."""
     uncertain = []
     if report.get("ambiguous"):
@@ -504,13 +504,17 @@ def caveat(report: dict[str, Any]) -> str | None:
             "a computation that finished first live), and could not wait for it: the program may have "
             "taken another way"
         )
-    if pools := report.get("process_pools"):
-        hows = sorted({p["waits"] for p in pools})
-        uncertain.append(
-            f"{len(pools)} {' or '.join(hows)} on a process pool's futures (ProcessPoolExecutor, "
-            f"{', '.join(p['at'] for p in pools)}) {'was' if len(pools) == 1 else 'were'} not held to the "
-            "order and number they finished in live: the program may have taken them otherwise"
-        )
+    for key, whose, which, held in (
+        ("process_pools", "a process pool's futures", "ProcessPoolExecutor, ", "order and number"),
+        ("thread_pools", "the futures asyncio made of a thread pool's", "", "order"),
+    ):
+        if pools := report.get(key):
+            hows = sorted({p["waits"] for p in pools})
+            uncertain.append(
+                f"{len(pools)} {' or '.join(hows)} on {whose} ({which}{', '.join(p['at'] for p in pools)}) "
+                f"{'was' if len(pools) == 1 else 'were'} not held to the {held} they finished in live: "
+                "the program may have taken them otherwise"
+            )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):
         seqs = report["placeholders_served"]
@@ -802,6 +806,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "waits_untold": [w for r in reports for w in r.get("waits_untold") or []],
             "waits_own": [w for r in reports for w in r.get("waits_own") or []],
             "process_pools": [w for r in reports for w in r.get("process_pools") or []],
+            "thread_pools": [w for r in reports for w in r.get("thread_pools") or []],
             "model_order": sorted(s for r in reports for s in r.get("model_order") or []),
             "uncaught": [u for r in reports for u in r.get("uncaught") or []],
             "aside": {

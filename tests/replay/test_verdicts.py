@@ -47,6 +47,7 @@ from forkpoint.replay import (
     verdict,
 )
 from forkpoint.show import render
+from tests.cliutil import forkpoint_cli, with_this_path
 from tests.modelserver import LocalServer, json_reply
 
 
@@ -1232,10 +1233,15 @@ if __name__ == "__main__":
 """
 
 
-#: :data:`PROCESS_POOL` through asyncio: the pool's futures made asyncio's by ``run_in_executor``.
-ASYNC_PROCESS_POOL = """
+#: :data:`PROCESS_POOL` through asyncio (``argv[2]``: ``ProcessPoolExecutor``), or a thread pool's
+#: (``argv[2]``: how asyncio makes its futures of the pool's: ``run_in_executor``,
+#: ``asyncio.to_thread``, ``asyncio.wrap_future``), whose pool functions make a tool call each: the
+#: fast one does work of its own after its tool returns, for longer than the others' calls take once
+#: served at once. It takes them through ``asyncio.as_completed``, or an ``asyncio.wait`` loop for
+#: the first to finish (``argv[1]``).
+ASYNC_POOL = """
 import asyncio, sys, time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import forkpoint
 
@@ -1246,10 +1252,25 @@ def work(name, delay):
     return name
 
 
+def job(name, delay, after):
+    got = work(name, delay)
+    time.sleep(after)
+    return got
+
+
 async def main():
     loop = asyncio.get_running_loop()
-    with ProcessPoolExecutor(4) as pool:
-        fs = [loop.run_in_executor(pool, work, n, d) for n, d in (("slow", 0.5), ("fast", 0.01), ("mid", 0.25))]
+    if sys.argv[2] == "ProcessPoolExecutor":
+        pool, jobs = ProcessPoolExecutor(3), (("slow", 0.5, 0), ("fast", 0.01, 0), ("mid", 0.25, 0))
+    else:
+        pool, jobs = ThreadPoolExecutor(3), (("slow", 0.7, 0), ("fast", 0.05, 0.3), ("mid", 0.55, 0))
+    with pool:
+        if sys.argv[2] == "asyncio.to_thread":
+            fs = [asyncio.ensure_future(asyncio.to_thread(job, *j)) for j in jobs]
+        elif sys.argv[2] == "asyncio.wrap_future":
+            fs = [asyncio.wrap_future(pool.submit(job, *j)) for j in jobs]
+        else:
+            fs = [loop.run_in_executor(pool, job, *j) for j in jobs]
         if sys.argv[1] == "asyncio.as_completed":
             seen = []
             for f in asyncio.as_completed(fs):
@@ -1267,13 +1288,27 @@ asyncio.run(main())
 """
 
 
+def recorded_and_replayed(
+    tmp_path: Path, program: str, *argv: str
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """``program`` recorded with ``argv`` by the command line (it must exit 0), then replayed."""
+    (tmp_path / "agent.py").write_text(program)
+    rec = forkpoint_cli(
+        ["record", "--no-workspace", "--store", "s", "--", sys.executable, "agent.py", *argv],
+        cwd=tmp_path, env=with_this_path(), timeout=120,
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    rep = forkpoint_cli(["replay", "last", "--store", "s"], cwd=tmp_path, env=with_this_path(), timeout=120)
+    return rec, rep
+
+
 @pytest.mark.parametrize(
     ("program", "how", "at"),
     [
         (PROCESS_POOL, "as_completed", "__main__:<module>+18"),
         (PROCESS_POOL, "wait", "__main__:<module>+24"),
-        (ASYNC_PROCESS_POOL, "asyncio.as_completed", "__main__:main+6"),
-        (ASYNC_PROCESS_POOL, "asyncio.wait", "__main__:main+12"),
+        (ASYNC_POOL, "asyncio.as_completed", "__main__:main+15"),
+        (ASYNC_POOL, "asyncio.wait", "__main__:main+21"),
     ],
 )
 def test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held(
@@ -1286,26 +1321,52 @@ def test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held(
     (``run_in_executor``: its futures finished by the event loop), ['slow', 'fast', 'mid'] for
     ['fast', 'mid', 'slow'] under "replay ok: 3/3 events matched". Not held: said, when recorded and
     in the verdict."""
-    (tmp_path / "agent.py").write_text(program)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = [sys.executable, "-m", "forkpoint.cli"]
-    rec = subprocess.run(
-        [*run, "record", "--no-workspace", "--store", "s", "--", sys.executable, "agent.py", how],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert rec.returncode == 0, rec.stderr
+    rec, rep = recorded_and_replayed(tmp_path, program, how, "ProcessPoolExecutor")
     assert (
         f"forkpoint: WARNING: this run took a process pool's futures as they finished ({how} at {at}, "
         "ProcessPoolExecutor): a replay does not hold the order and number they finished in"
     ) in " ".join(rec.stderr.split()), rec.stderr
-    rep = subprocess.run(
-        [*run, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )  # fmt: skip
     said = " ".join(rep.stderr.split())
     assert "replay ok, but not certain: " in said, said
     assert (
         f"1 {how} on a process pool's futures (ProcessPoolExecutor, {at}) was not held to the order and "
         "number they finished in live"
+    ) in said, said
+
+
+@pytest.mark.parametrize("made", ["run_in_executor", "asyncio.to_thread", "asyncio.wrap_future"])
+@pytest.mark.parametrize(
+    ("how", "at", "live"),
+    [
+        ("asyncio.as_completed", "__main__:main+15", "['fast', 'mid', 'slow']"),
+        ("asyncio.wait", "__main__:main+21", "[['fast'], ['mid'], ['slow']]"),
+    ],
+)
+def test_the_futures_asyncio_makes_of_a_thread_pool_s_taken_as_they_finish_are_said_not_held(
+    tmp_path: Path, how: str, at: str, live: str, made: str
+) -> None:
+    """Each asyncio future made of a thread pool's is finished by the event loop when the pool's
+    thread hands it over, after the pool's function has returned: a replay releases the served
+    calls in the order they finished live, but the threads may hand their futures over in another
+    order, and here the first one's function works on after its call for longer than the others
+    take. ``asyncio.as_completed`` and an ``asyncio.wait`` loop took them in another order than live
+    under a plain "replay ok" (a reviewer's trial, 2026-12-07: 2 of 12 replays, by chance; here at
+    each). The recording keeps no order of the futures themselves, only of the calls: not held,
+    said when recorded and in the verdict."""
+    rec, rep = recorded_and_replayed(tmp_path, ASYNC_POOL, how, made)
+    assert rec.stdout.strip() == live
+    assert (
+        f"forkpoint: WARNING: this run took the futures asyncio made of a thread pool's as they finished "
+        f"({how} at {at}): a replay does not hold the order they finished in"
+    ) in " ".join(rec.stderr.split()), rec.stderr
+    said = " ".join(rep.stderr.split())
+    assert rep.stdout.strip() != live, (
+        said
+    )  # (the slow ones' calls, served at once, beat the fast one's own work)
+    assert "replay ok, but not certain: " in said, said
+    assert (
+        f"1 {how} on the futures asyncio made of a thread pool's ({at}) was not held to the order they "
+        "finished in live"
     ) in said, said
 
 
