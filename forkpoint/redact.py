@@ -1229,6 +1229,9 @@ class Scrubber:
             for lit, ids in anchors.items()
             if (kept := tuple(i for i in ids if i not in searched))
         ]
+        # (each anchor's characters, and all of them: see _find_once)
+        self._anchor_chars = tuple(frozenset(lit) for lit, _ in self._anchors)
+        self._anchor_alphabet = "".join(sorted(frozenset().union(*self._anchor_chars)))
         # One pass over a short text says whether any anchor occurs in it at all (cheaper, there,
         # than looking for each anchor in turn; on long texts it is the other way round).
         self._any_anchor = re.compile(
@@ -1363,7 +1366,18 @@ class Scrubber:
         reach: _Reach = {}
         dead_ends = self._dead_ends
         if len(low) >= SHORT_CHARS or self._any_anchor.search(low) is not None:
-            ahead = [(p, k) for k, (lit, _) in enumerate(self._anchors) if (p := low.find(lit)) >= 0]
+            # An anchor with a character the text lacks is not in it: a search for each of the
+            # anchors' characters (41, a memchr each) rules out most anchors (in code, 56-69 of 72),
+            # where a search for each anchor is a slower pass of its own.
+            alphabet = self._anchor_alphabet
+            chars = set(itertools.compress(alphabet, map(low.__contains__, alphabet)))
+            ahead = [
+                (p, k)
+                for k in itertools.compress(
+                    range(len(self._anchors)), map(chars.issuperset, self._anchor_chars)
+                )
+                if (p := low.find(self._anchors[k][0])) >= 0
+            ]
             heapq.heapify(ahead)
             for i in self._searched_chars:
                 m = self._next_searched(i, text, low, 0)
