@@ -2220,7 +2220,7 @@ class Scrubber:
         # (what the options say, and a secret cut over words, as in a tool's list of them:
         # ["--token=sk-proj-", "Q7pV…"] kept the key's rest once the option's value was replaced)
         said = self._list_secrets(args)
-        found = self._neighbour_secrets(args)
+        found = self._neighbour_secrets(args, listed=said)
         for i, arg in enumerate(args):
             option = SECRET_OPTION.fullmatch(arg)
             value = option.group("value") if option is not None else None
@@ -2310,7 +2310,13 @@ class Scrubber:
         return {k: (v[0], name) for k, v in cut.items() if k > at} if at in cut else {}
 
     def _neighbour_secrets(
-        self, items: Sequence[Any], shared: int = 0, *, alone_clean: bool = False, lines_clean: bool = False
+        self,
+        items: Sequence[Any],
+        shared: int = 0,
+        *,
+        alone_clean: bool = False,
+        lines_clean: bool = False,
+        listed: dict[int, tuple[str, str]] | None = None,
     ) -> dict[int, tuple[str, str]]:
         """The items of a list that its other items make secrets, by index, as (what each is stored
         as, a name or kind): :meth:`_list_secrets` and :meth:`_split_secrets` in turn, each over the
@@ -2318,7 +2324,8 @@ class Scrubber:
         cut to ``"--secret"`` is an option a second scrub reads), until neither finds more; read
         from where its first ``shared`` items (a list's known to hold none) stop. ``alone_clean``:
         its strings are known to hold nothing each alone (:meth:`_clean`); ``lines_clean``: nor
-        read in order, a line each."""
+        read in order, a line each; ``listed``: :meth:`_list_secrets` of ``items`` from their
+        first, when the caller has it."""
         start = _shared_until(shared)
         found: dict[int, tuple[str, str]] = {}
         if str not in map(type, items[start:]):  # (a list of no text, a conversation's messages: in C)
@@ -2329,6 +2336,8 @@ class Scrubber:
                 more = self._split_secrets(
                     items, start, alone_clean=alone_clean and not found, lines_clean=lines_clean and not found
                 )
+            elif turn == 0 and listed is not None and start == 0:
+                more = listed
             else:
                 more = self._list_secrets(items, start)
             more = {i: v for i, v in more.items() if v[0] != items[i]}  # (what changes the list)

@@ -1130,6 +1130,28 @@ def test_a_credential_options_value_cut_over_two_items_is_replaced_whole() -> No
         assert scrub_argv(argv)[2] == argv[2] == Scrubber().json(argv)[2]
 
 
+def test_a_commands_options_are_read_once() -> None:
+    """``argv_options`` read a command's options for the credentials they name twice, once for
+    their names and once for the values (0.34 ms a recording, for its command line): once, with
+    the same values replaced and the same names said."""
+    key = "sk-proj-" + _rand(48)
+    argv = ["deploy", "--token", "abc", "-v", "--api-key=" + key, "--password", key[:20], key[20:]]
+    scrubber = Scrubber()
+    read = []
+    real = scrubber._list_secrets
+
+    def counted(items: Any, start: int = 0) -> dict[int, tuple[str, str]]:
+        read.append(list(items))
+        return real(items, start)
+
+    with mock.patch.object(scrubber, "_list_secrets", counted):
+        out, names = scrubber.argv_options(argv)
+    assert read.count(argv) == 1, read
+    assert names == ["--token", "--api-key", "--password", "--password"]  # (the key's rest: its name too)
+    assert out[:4] == ["deploy", "--token", redact.placeholder("secret-option", "abc"), "-v"]
+    assert not any(part in "".join(out) for part in ("abc", key[:20], key[20:])), out
+
+
 def test_a_credential_option_in_a_shells_script_is_replaced() -> None:
     """``forkpoint record -- sh -c "python agent.py --token VALUE"`` (and a program's
     ``os.system("… --token VALUE")``, named among the programs not recorded) kept VALUE: the script
