@@ -310,6 +310,10 @@ _LOWER_NAME = (
     + r"token)"
     r"(?![A-Za-z0-9_])"
 )
+#: A shape of the table below searched for over the whole text (no anchor), and the literals it
+#: starts with, one of which (case and all) a text it is in holds (:data:`_SCAN_LITERALS`).
+_TWILIO_SID = r"(?:AC|SK)(?<![A-Za-z0-9][A-Z]{2})[0-9a-f]{32}(?![A-Za-z0-9])"
+_TWILIO_PREFIXES = ("AC", "SK")
 #: Three shapes of the table below (:data:`_DEAD_ENDS` names them).
 _UNQUOTED_ASSIGNMENT = (
     _UNQUOTED_NAME + r"\s*(?:=|:(?:" + _NEXT_LINE_VALUE + r")?)[ \t]*[\"']?"
@@ -402,7 +406,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("provider-key", ("gsk_", "xai-", "pplx-", "r8_"), r"\b(?:gsk_|xai-|pplx-|r8_)[A-Za-z0-9]{20,}"),
     # Twilio: account SIDs (AC…) and API key SIDs (SK…), 32 lower-case hex digits after the prefix.
     # No anchor: "ac" and "sk" are everywhere in prose, and one regex search is faster.
-    ("twilio-sid", (), r"(?:AC|SK)(?<![A-Za-z0-9][A-Z]{2})[0-9a-f]{32}(?![A-Za-z0-9])"),
+    ("twilio-sid", (), _TWILIO_SID),
     ("jwt", ("eyj",), r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     ("bearer", ("bearer",), r"(?<![A-Za-z0-9_])(?i:bearer)\s+(?P<s>[A-Za-z0-9\-._~+/]{8,}=*)"),
     (
@@ -638,6 +642,10 @@ _DEAD_ENDS: dict[str, Callable[[str, int, _Reach], bool]] = {
     _LOWER_ASSIGNMENT: _lower_fails,
     _OTHER_AUTHORIZATION: _authorization_fails,
 }
+
+#: The built-in shapes searched for over the whole text that a text holding none of their literals
+#: is not searched for (a search of the regex engine's tries every character; these are memchrs).
+_SCAN_LITERALS: dict[str, tuple[str, ...]] = {_TWILIO_SID: _TWILIO_PREFIXES}
 
 #: Built-in secret shapes as (kind, pattern), in the order they are tried.
 PATTERNS: tuple[tuple[str, str], ...] = tuple((kind, p) for kind, _, p in _BUILTIN)
@@ -1238,8 +1246,11 @@ class Scrubber:
             "|".join(re.escape(lit) for lit in sorted(anchors, key=len, reverse=True))
         )
         self._scan: list[int] = []  # searched over the whole text: these come last (see find)
+        self._scan_literals: dict[int, tuple[str, ...]] = {}  # (built-in ones: _SCAN_LITERALS)
         for kind, lits, pattern in table:
             if not lits:
+                if pattern in _SCAN_LITERALS:
+                    self._scan_literals[len(self._pats)] = _SCAN_LITERALS[pattern]
                 self._scan.append(len(self._pats))
                 self._kinds.append(kind)
                 self._pats.append(re.compile(pattern, re.ASCII))
@@ -1384,6 +1395,9 @@ class Scrubber:
                 if m is not None:
                     heap.append((m.start(), i, len(heap), m))
         for i in self._scan:
+            literals = self._scan_literals.get(i)
+            if literals is not None and not any(map(text.__contains__, literals)):
+                continue
             m = pats[i].search(text)
             if m is not None:
                 heap.append((m.start(), i, len(heap), m))

@@ -339,67 +339,66 @@ def test_no_planted_secret_reaches_the_store(tmp_path: Path, leaky_server: str) 
 
 
 #: Shapes found without an anchor (a Twilio SID: searched for over the whole text), after a
-#: one-character anchor (a URL's query credential) or a long one (an OpenAI key), by name.
+#: one-character anchor (a URL's query credential) or a long one (an OpenAI key): (kind, secret).
 UNANCHORED = {
-    "twilio_account": "AC" + "3f9a1c7e5b2d8046" * 2,
-    "twilio_key": "SK" + "0e4c8a2f6b1d9375" * 2,
-    "query_token": "qtk-Canary9Query8Token7Value6",
-    "openai_key": "sk-proj-CanaryScanPrefilterKey0123456789abcdefXYZ",
+    "twilio_account": ("twilio-sid", "AC" + "3f9a1c7e5b2d8046" * 2),
+    "twilio_key": ("twilio-sid", "SK" + "0e4c8a2f6b1d9375" * 2),
+    "query_token": ("query-credential", "qtk-Canary9Query8Token7Value6"),
+    "openai_key": ("openai-key", "sk-proj-CanaryScanPrefilterKey0123456789abcdefXYZ"),
 }
 
 
-def _unanchored_text() -> str:
-    """:data:`UNANCHORED` in one text, each secret where its shape says it is one (the query
-    token as a URL's ``access_token``)."""
-    token = UNANCHORED["query_token"]
-    text = " ".join(f"{name} {UNANCHORED[name]}" for name in UNANCHORED)
-    return text.replace(token, f"https://hooks.example/cb?access_token={token}")
+def _in_context(name: str) -> str:
+    """The secret ``name`` of :data:`UNANCHORED` where its shape says it is one (the query token as
+    a URL's ``access_token``), alone: no other secret's shape in the text finds it."""
+    secret = UNANCHORED[name][1]
+    return f"https://hooks.example/cb?access_token={secret}" if name == "query_token" else secret
 
 
-def _sids_chat(request: dict[str, Any]) -> Reply | Stream:
-    """Every secret of :data:`UNANCHORED` streamed, each cut after its first character (its
-    shape's first literal over two transport chunks) and again in its middle."""
+def _stream_of(text: str, secret: str) -> Stream:
+    """A chat completion streaming ``text``, its event cut after the first character of ``secret``
+    (its shape's first literal over two transport chunks) and again in its middle."""
 
     def chunk(delta: str, finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": {"content": delta}, "finish_reason": finish}
         c = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [choice]}
         return f"data: {json.dumps(c)}\n\n".encode()
 
-    event = chunk(_unanchored_text())
-    cuts = sorted({event.index(v.encode()) + k for v in UNANCHORED.values() for k in (1, len(v) // 2)})
-    pieces = [event[a:b] for a, b in zip([0, *cuts], [*cuts, len(event)], strict=True)]
+    event = chunk(text)
+    at = event.index(secret.encode())
+    pieces = [event[: at + 1], event[at + 1 : at + len(secret) // 2], event[at + len(secret) // 2 :]]
     return Stream([*pieces, chunk("", "stop"), b"data: [DONE]\n\n"], delay=0.01)
 
 
 @forkpoint.tool
-def read_config(path: str) -> str:
-    return f"# {path}\n{_unanchored_text()}\n"  # (past 64 characters: not the short-text path)
+def read_config(path: str, value: str) -> str:
+    return f"# {path}: the value to use, past 64 characters (not the short-text path)\n{value}\n"
 
 
-def test_scanned_and_one_character_anchored_shapes_reach_no_file(tmp_path: Path, server: LocalServer) -> None:
+@pytest.mark.parametrize("name", sorted(UNANCHORED))
+def test_scanned_and_one_character_anchored_shapes_reach_no_file(
+    tmp_path: Path, server: LocalServer, name: str
+) -> None:
     """A Twilio SID (no anchor: a whole-text search), a URL's query credential (``?``/``&``) and a
-    key (a long anchor), each in a request body, a tool's result and a stream cut inside it, are
-    in no file of the store."""
-    server.route("*/chat/completions", _sids_chat)
+    key (a long anchor), each alone in a request body, a tool's result and a stream cut inside
+    it, are in no file of the store."""
+    kind, secret = UNANCHORED[name]
+    text = f"Use this one: {_in_context(name)} and nothing else."
+    server.route("*/chat/completions", lambda request: _stream_of(text, secret))
     client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
     with forkpoint.record(store=tmp_path / "store") as rec:
-        config = read_config("settings.py")
-        sent = f"Check these: {config} and {_unanchored_text()}"
+        config = read_config("settings.py", _in_context(name))
         stream = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": sent}], stream=True
+            model="m", messages=[{"role": "user", "content": f"Check {text}"}], stream=True
         )
         answer = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     client.close()
-    assert all(v in answer and v in config for v in UNANCHORED.values())  # the program saw them all
-    assert leaks(tmp_path / "store", UNANCHORED) == []
+    assert secret in answer and secret in config  # (the program saw it)
+    assert leaks(tmp_path / "store", {name: secret}) == []
     s = Session.load(rec.session_path)
-    assert [e["type"] for e in s.events if e["type"] in ("model_call", "tool_call")] == [
-        "tool_call",
-        "model_call",
-    ]
-    stored = json.dumps([s.by_type("tool_call")[0]["result"], s.by_type("model_call")[0]["response"]])
-    for kind in ("twilio-sid", "query-credential", "openai-key"):
-        assert f"[REDACTED:{kind}:" in stored, kind
+    call, tool = s.by_type("model_call")[0], s.by_type("tool_call")[0]
+    for stored in (tool["result"], call["request"]["body"], call["response"]):
+        assert f"[REDACTED:{kind}:" in json.dumps(stored), stored
 
 
 def test_needles_cover_encoded_forms() -> None:
