@@ -1390,7 +1390,10 @@ class Scrubber:
                 if (p := low.find(self._anchors[k][0])) >= 0
             ]
             heapq.heapify(ahead)
-            for i in self._searched_chars:
+            for i, starts in self._searched_chars.items():
+                # (a text without its characters: a memchr each, where a search tries every one)
+                if not any(map(low.__contains__, starts)):
+                    continue
                 m = self._next_searched(i, text, low, 0)
                 if m is not None:
                     heap.append((m.start(), i, len(heap), m))
