@@ -350,10 +350,11 @@ _made: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 #: :mod:`forkpoint.replay.pools` stamps a replay's tasks as they finish.
 task_made: list[Callable[[Any], None]] = []
 
-#: Called in its thread (or asyncio task) as each tool call ends and each model call's answer
-#: comes, recorded or served, while a runtime is active: :mod:`forkpoint.replay.pools` tells a
-#: future that stands for a call from one of the program's own (a timer).
-call_ended: list[Callable[[], None]] = []
+#: Called in its thread (or asyncio task) as each tool call returns to the program (``True``: once
+#: recorded) and each model call's answer comes (``False``: its body still to be read), recorded or
+#: served, while a runtime is active: :mod:`forkpoint.replay.pools` tells a future that stands for a
+#: call from one of the program's own (a timer), and sees a pool function's work after its tool call.
+call_ended: list[Callable[[bool], None]] = []
 
 
 def watch_tasks(aio: Any) -> None:

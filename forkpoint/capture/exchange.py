@@ -304,7 +304,7 @@ class Exchange:
         """The response head arrived: status, reason phrase, HTTP version, header pairs."""
         self.head = (status, reason, http_version, headers)
         for answered in runtime.call_ended:
-            answered()
+            answered(False)
         if status == 101:
             _upgraded(self.request)
         if eventstream.is_event_stream(header(headers, "content-type")) and not header(
@@ -530,7 +530,7 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
     if taken is not None:  # answered from the recording: this record is not logged here
         current_scrubber().forget_record(request)
         for answered in runtime.call_ended:
-            answered()
+            answered(False)
     return taken
 
 

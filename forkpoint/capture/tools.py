@@ -1278,19 +1278,21 @@ def call_tool(
     # A tool run live in a replay: its connections are allowed.
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
-        with call.running() if call is not None else contextlib.nullcontext():
-            result = body()
-    except BaseException as exc:
-        if call is not None:
-            call.raised(exc)
-        hide_own_frames(exc)  # (the program's traceback is the one it has without forkpoint)
-        raise
-    finally:
-        if live is not None:
-            runtime.running_live_tool.reset(live)
+        try:
+            with call.running() if call is not None else contextlib.nullcontext():
+                result = body()
+        except BaseException as exc:
+            if call is not None:
+                call.raised(exc)
+            hide_own_frames(exc)  # (the program's traceback is the one it has without forkpoint)
+            raise
+        finally:
+            if live is not None:
+                runtime.running_live_tool.reset(live)
+        return result if call is None else call.returned(result, encode)
+    finally:  # (once recorded: the time the program's own work after it starts from)
         for ended in runtime.call_ended:
-            ended()
-    return result if call is None else call.returned(result, encode)
+            ended(True)
 
 
 async def acall_tool(
@@ -1332,19 +1334,21 @@ async def acall_tool(
     call = _ToolCall(name, args, mcp, call_id, emitted, function, kept) if served is None else None
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
-        with call.running() if call is not None else contextlib.nullcontext():
-            result = await body()
-    except BaseException as exc:
-        if call is not None:
-            call.raised(exc)
-        hide_own_frames(exc)  # (the program's traceback is the one it has without forkpoint)
-        raise
-    finally:
-        if live is not None:
-            runtime.running_live_tool.reset(live)
+        try:
+            with call.running() if call is not None else contextlib.nullcontext():
+                result = await body()
+        except BaseException as exc:
+            if call is not None:
+                call.raised(exc)
+            hide_own_frames(exc)  # (the program's traceback is the one it has without forkpoint)
+            raise
+        finally:
+            if live is not None:
+                runtime.running_live_tool.reset(live)
+        return result if call is None else call.returned(result, encode)
+    finally:  # (once recorded: the time the program's own work after it starts from)
         for ended in runtime.call_ended:
-            ended()
-    return result if call is None else call.returned(result, encode)
+            ended(True)
 
 
 @overload

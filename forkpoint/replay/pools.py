@@ -93,6 +93,18 @@ _waits_lock = threading.Lock()
 #: timer, a computation).
 _CALLED = "_forkpoint_called"
 
+#: The attribute a pool's future holds True in when it finished after one whose tool call ended
+#: later (:func:`_stamping`, recording): the pool function worked on after its call. A replay
+#: releases the calls in the order they ended live, and hands the futures back in that order
+#: (:func:`released`): this one's place is not held, which the recording notes (:func:`_not_held`).
+_INVERTED = "_forkpoint_inverted"
+#: The attribute a pool's future holds its place in the order a replay released the served calls
+#: in, from when its call is handed over (:func:`released`) until it finishes.
+_RELEASED = "_forkpoint_released"
+#: The last tool call's place in the order they ended of the pool futures finished so far in this
+#: process (recording: :data:`_INVERTED`).
+_ended_last = [-1]
+
 #: The attribute a process pool's future holds True in (finished by the pool's manager thread as a
 #: worker's result comes back): its calls are served in the workers, and the order its futures
 #: finish in is not held (:func:`_of_processes`).
@@ -114,7 +126,9 @@ _threads_taken: weakref.WeakKeyDictionary[Any, list[tuple[str, str]]] = weakref.
 
 #: The texts of the notes a recording keeps of them (:func:`end_recording`).
 PROCESS_POOLS = "a process pool's futures were taken as they finished"
-THREAD_POOLS = "the futures asyncio made of a thread pool's were taken as they finished"
+THREAD_POOLS = "a thread pool's futures, or asyncio's made of them, were taken as they finished"
+#: What :data:`THREAD_POOLS` says of them, here and in the verdict.
+THREAD_POOLS_WHOSE = "a thread pool's futures (or asyncio's made of them)"
 
 #: The asyncio tasks a tool's call ended, or a model call's answer came, in (:func:`_call_ended`).
 _called_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -154,7 +168,9 @@ def install(mode: str) -> None:
     def yielded(fs: list[Any], waiter: Any, ref_collect: Any) -> Iterator[Any]:
         rt = runtime.active()
         if rt is not None:
-            _not_held(rt, "as_completed", _place(sys._getframe(2)), fs)  # (→ as_completed →)
+            # (→ as_completed →: its futures, all of them, in its ``fs``)
+            caller = sys._getframe(1)
+            _not_held(rt, "as_completed", _place(caller.f_back), fs, caller.f_locals.get("fs") or ())
         if rt is not None and rt.mode == "replay":
             fs.sort(key=_finished_at, reverse=True)  # (popped from the end: the first finished first)
         return real(fs, waiter, ref_collect)  # type: ignore[no-any-return]
@@ -166,19 +182,34 @@ def install(mode: str) -> None:
 def released() -> None:
     """Note that a served call's result is handed over in this thread now: the future of the pool's
     work that made the call finishes in that place (its own end may come after that of a call
-    released later in another thread: a recorded exception is raised again through more frames)."""
-    _thread.released = next(_finishing)
+    released later in another thread: a recorded exception is raised again through more frames);
+    until then, the future holds that place (:data:`_RELEASED`): a wait that hands back one of a
+    later place first is said (:func:`_overtaken`)."""
+    _thread.released = at = next(_finishing)
+    # (the frame of ``concurrent.futures.thread``'s ``_WorkItem.run`` holds the future it finishes)
+    pool = sys.modules.get("concurrent.futures.thread")
+    code = getattr(getattr(getattr(pool, "_WorkItem", None), "run", None), "__code__", None)
+    if code is None:
+        return
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code is not code:
+        frame = frame.f_back
+    future = getattr(frame.f_locals.get("self"), "future", None) if frame is not None else None
+    if future is not None:
+        setattr(future, _RELEASED, at)
 
 
 _thread = threading.local()
 
 
-def _call_ended() -> None:
+def _call_ended(returned: bool) -> None:
     """A tool's call ended, or a model call's answer came, in this thread or asyncio task: the
-    future its work finishes stands for a call (:data:`_CALLED`, :data:`_called_tasks`)."""
+    future its work finishes stands for a call (:data:`_CALLED`, :data:`_called_tasks`); a tool's
+    call that ``returned`` to the program takes its place in the order they do (:data:`_INVERTED`)."""
     task = runtime.running_task()
     if task is None:
-        _thread.called = True
+        # (its place in the order tool calls end; a model call's answers are not held in order)
+        _thread.called = next(_finishing) if returned else -1
         return
     try:
         _called_tasks.add(task)
@@ -196,9 +227,15 @@ def _stamping(method: Callable[..., Any]) -> Callable[..., Any]:
     def finish(self: futures_base.Future[Any], *args: Any, **kwargs: Any) -> Any:
         at = getattr(_thread, "released", None)
         _thread.released = None
-        if getattr(_thread, "called", False):
-            _thread.called = False
+        called = getattr(_thread, "called", None)
+        if called is not None:
+            _thread.called = None
             setattr(self, _CALLED, True)
+            if called >= 0 and getattr(runtime.active(), "mode", None) == "record":
+                with _waits_lock:
+                    if called < _ended_last[0]:
+                        setattr(self, _INVERTED, True)
+                    _ended_last[0] = max(called, _ended_last[0])
         if type(threading.current_thread()).__name__ == "_ExecutorManagerThread":
             setattr(self, _OF_PROCESSES, True)
         # (before it is done: whoever sees it done sees it)
@@ -297,7 +334,7 @@ def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[An
         return done, not_done  # (it returns when all have finished: nothing to hold)
     usual = 1 if first else len(done) + len(not_done)
     at = _place(caller.f_back)
-    _not_held(rt, "wait", at, done)
+    _not_held(rt, "wait", at, done, done | not_done)
     done, not_done, short = _as_live(rt, "threads", at, done, not_done, _finished_at, usual)
     if short is not None:  # (decided holding the futures' locks: it cannot wait for more here)
         _said_short(rt, short)
@@ -457,9 +494,12 @@ def _not_held(
     """Note that an ``as_completed`` or ``wait`` (``how``) made ``at`` took a process pool's
     finished futures, whose order and number a replay does not hold; or, of the futures asyncio made
     of a thread pool's (:data:`_made_of`), ``finished`` one and ``waited`` for more than one, whose
-    order a replay does not hold: told to the replay, or kept for the recording's end
-    (:func:`end_recording`). True when it noted either."""
-    finished = list(finished)
+    order a replay does not hold; or, of a thread pool's own, ``finished`` one whose work went on
+    after its call (:data:`_WORKED_ON`) and ``waited`` for more than one: its order is not held
+    either, which a replay knows from the recording's note made at the same place
+    (``pools_noted``). Told to the replay, or kept for the recording's end (:func:`end_recording`).
+    True when it noted any."""
+    finished, waited = list(finished), list(waited)
     processes = any(_of_processes(f) for f in finished)
     if processes:
         _taken(rt, "processes", how, at)
@@ -467,9 +507,23 @@ def _not_held(
         any(f in _made_of and not _of_processes(f) for f in finished)
         and sum(f in _made_of for f in waited) > 1
     )
+    if not threads and how in ("as_completed", "wait") and len(waited) > 1:
+        if rt.mode == "record":
+            threads = any(getattr(f, _INVERTED, False) for f in finished)
+        else:
+            noted = getattr(rt, "pools_noted", None)
+            threads = (callable(noted) and bool(noted(how, at))) or _overtaken(finished, waited)
     if threads:
         _taken(rt, "threads", how, at)
     return processes or threads
+
+
+def _overtaken(finished: list[Any], waited: list[Any]) -> bool:
+    """Whether a replay hands back one of ``finished`` while one of ``waited`` whose served call was
+    released before it (:func:`released`) has not finished: its pool function is still working
+    after its call, and the order of the calls, which the replay holds, is not the futures'."""
+    last = max(map(_finished_at, finished), default=-1)
+    return any(not f.done() and getattr(f, _RELEASED, last) < last for f in waited)
 
 
 def _of_processes(future: Any) -> bool:
@@ -605,7 +659,7 @@ def end_recording(rt: runtime.Runtime) -> None:
             ", ProcessPoolExecutor",
             "order and number",
         ),
-        (threads, THREAD_POOLS, "thread_pools", "the futures asyncio made of a thread pool's", "", "order"),
+        (threads, THREAD_POOLS, "thread_pools", THREAD_POOLS_WHOSE, "", "order"),
     ):
         if taken:
             note(text, **{key: [{"waits": how, "at": at} for how, at in taken]})

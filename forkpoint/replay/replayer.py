@@ -908,6 +908,7 @@ class Replayer:
         #: made of a thread pool's, once each (not_held).
         self.process_pools: list[dict[str, str]] = []
         self.thread_pools: list[dict[str, str]] = []
+        self._pools_noted: set[tuple[Any, Any]] | None = None
         #: The recording's AT_ONCE notes, read once (finished_at_once, _noted_waits).
         self._at_once: dict[tuple[int | None, str, str], NotedWaits] | None = None
         #: The recorded processes of the calls served here (:meth:`_serve`): kept as they are served,
@@ -1876,6 +1877,20 @@ class Replayer:
             taken = self.process_pools if pools == "processes" else self.thread_pools
             if (waited := {"waits": how, "at": at}) not in taken:
                 taken.append(waited)
+
+    def pools_noted(self, how: str, at: str) -> bool:
+        """Whether the recording noted that an ``as_completed`` or ``wait`` (``how``) made ``at`` took
+        a thread pool's futures whose order it does not keep (:mod:`~forkpoint.replay.pools`: their
+        work went on after their calls), which a replay cannot see: its calls are served at once."""
+        with self._turns:
+            if self._pools_noted is None:
+                self._pools_noted = {
+                    (w.get("waits"), w.get("at"))
+                    for n in self._session.by_type("note")
+                    for w in (n.get("data") or {}).get("thread_pools") or ()
+                    if isinstance(w, dict)
+                }
+            return (how, at) in self._pools_noted
 
     def finished_at_once(self, waits: str, at: str, wait: int, finished: int, usual: int) -> tuple[int, int]:
         """How many finished futures this process's ``wait``-th wait of ``waits``' kind made

@@ -429,7 +429,7 @@ def caveat(report: dict[str, Any]) -> str | None:
     to racing callers, a tool that changed state in place, MCP messages whose request cannot be
     told, model answers not held to the order they came in live, a wait for the first finished
     future that got fewer than live (or a served call's where live one of the program's own won),
-    a process pool's futures taken as they finished, or the futures asyncio made of a thread pool's, secrets served as their placeholders. Each
+    a process pool's futures taken as they finished, or a thread pool's (or asyncio's made of them), secrets served as their placeholders. Each
     that applies is said (one hid the others)."""
     uncertain = []
     if report.get("ambiguous"):
@@ -504,9 +504,11 @@ def caveat(report: dict[str, Any]) -> str | None:
             "a computation that finished first live), and could not wait for it: the program may have "
             "taken another way"
         )
+    from .pools import THREAD_POOLS_WHOSE
+
     for key, whose, which, held in (
         ("process_pools", "a process pool's futures", "ProcessPoolExecutor, ", "order and number"),
-        ("thread_pools", "the futures asyncio made of a thread pool's", "", "order"),
+        ("thread_pools", THREAD_POOLS_WHOSE, "", "order"),
     ):
         if pools := report.get(key):
             hows = sorted({p["waits"] for p in pools})

@@ -1356,8 +1356,8 @@ def test_the_futures_asyncio_makes_of_a_thread_pool_s_taken_as_they_finish_are_s
     rec, rep = recorded_and_replayed(tmp_path, ASYNC_POOL, how, made)
     assert rec.stdout.strip() == live
     assert (
-        f"forkpoint: WARNING: this run took the futures asyncio made of a thread pool's as they finished "
-        f"({how} at {at}): a replay does not hold the order they finished in"
+        f"forkpoint: WARNING: this run took a thread pool's futures (or asyncio's made of them) as they "
+        f"finished ({how} at {at}): a replay does not hold the order they finished in"
     ) in " ".join(rec.stderr.split()), rec.stderr
     said = " ".join(rep.stderr.split())
     assert rep.stdout.strip() != live, (
@@ -1365,9 +1365,104 @@ def test_the_futures_asyncio_makes_of_a_thread_pool_s_taken_as_they_finish_are_s
     )  # (the slow ones' calls, served at once, beat the fast one's own work)
     assert "replay ok, but not certain: " in said, said
     assert (
-        f"1 {how} on the futures asyncio made of a thread pool's ({at}) was not held to the order they "
-        "finished in live"
+        f"1 {how} on a thread pool's futures (or asyncio's made of them) ({at}) was not held to the order "
+        "they finished in live"
     ) in said, said
+
+
+#: A thread pool's futures, each of a pool function that makes a tool call: the fast one works on
+#: after its call for longer than the others' calls take once served at once. Taken through
+#: ``concurrent.futures.as_completed`` or a ``wait`` loop for the first to finish (``argv[1]``), or,
+#: with ``argv[2]`` ``0``, with no work after the calls (their order held).
+THREAD_POOL = """
+import sys, time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed, wait
+
+import forkpoint
+
+
+@forkpoint.tool
+def work(name, delay):
+    time.sleep(delay)
+    return name
+
+
+def job(name, delay, after):
+    got = work(name, delay)
+    time.sleep(after)
+    return got
+
+
+after = float(sys.argv[2])
+with ThreadPoolExecutor(3) as pool:
+    fs = [pool.submit(job, *j) for j in (("slow", 0.7, 0), ("fast", 0.05, after), ("mid", 0.55, 0))]
+    seen = []
+    if sys.argv[1] == "as_completed":
+        for f in as_completed(fs):
+            seen.append(f.result())
+    else:
+        pending = set(fs)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            seen.append(sorted(f.result() for f in done))
+    print(seen)
+"""
+
+
+@pytest.mark.parametrize(
+    ("after", "live"),
+    [
+        ("0.3", {"as_completed": "['fast', 'mid', 'slow']", "wait": "[['fast'], ['mid'], ['slow']]"}),
+        ("0.6", {"as_completed": "['mid', 'fast', 'slow']", "wait": "[['mid'], ['fast'], ['slow']]"}),
+    ],
+)
+@pytest.mark.parametrize(
+    ("how", "at"), [("as_completed", "__main__:<module>+24"), ("wait", "__main__:<module>+29")]
+)
+def test_a_thread_pool_s_futures_whose_work_went_on_after_their_calls_are_said_not_held(
+    tmp_path: Path, how: str, at: str, after: str, live: dict[str, str]
+) -> None:
+    """A thread pool's future finishes when its function returns: the fast one's works on after its
+    call (0.3 s, 0.6 s). Live, its call ended first; on replay the others' calls, served at once,
+    end before that work does. ``as_completed`` and a ``wait`` loop took the futures in another order
+    than live (['slow', 'mid', 'fast'] for ['fast', 'mid', 'slow']) under a plain "replay ok"
+    (adv169's trial, 2026-12-07). A replay holds the order the calls ended in, not the futures':
+    when it hands back a future while one whose call it released before has not finished, it says
+    so; and where live the futures finished in another order than their calls ended (0.6 s: the
+    fast one's after the mid one's), the recording says so, and the replay from its note."""
+    rec, rep = recorded_and_replayed(tmp_path, THREAD_POOL, how, after)
+    assert rec.stdout.strip() == live[how]
+    warned = (
+        f"forkpoint: WARNING: this run took a thread pool's futures (or asyncio's made of them) as they "
+        f"finished ({how} at {at}): a replay does not hold the order they finished in"
+    )
+    assert (warned in " ".join(rec.stderr.split())) == (after == "0.6"), rec.stderr
+    said = " ".join(rep.stderr.split())
+    assert rep.stdout.strip() != live[how], said  # (what went unsaid before)
+    assert "replay ok, but not certain: " in said, said
+    assert (
+        f"1 {how} on a thread pool's futures (or asyncio's made of them) ({at}) was not held to the order "
+        "they finished in live"
+    ) in said, said
+
+
+@pytest.mark.parametrize("how", ["as_completed", "wait"])
+def test_a_thread_pool_s_futures_that_finished_as_their_calls_ended_replay_as_live_or_say_not(
+    tmp_path: Path, how: str
+) -> None:
+    """The same pool, its functions returning as their calls end (a ``time.sleep(0)`` between: a
+    thread may let another run there, as at any point): nothing is said when recorded, and each
+    replay takes the futures in the order live did, or says it did not hold it; never another order
+    under a plain "replay ok" (before, 2 of 3 replays of the wait loop took ['slow'] before
+    ['mid'] so)."""
+    rec, _ = recorded_and_replayed(tmp_path, THREAD_POOL, how, "0")
+    assert "thread pool" not in rec.stderr, rec.stderr
+    for _ in range(3):
+        rep = forkpoint_cli(
+            ["replay", "last", "--store", "s"], cwd=tmp_path, env=with_this_path(), timeout=120
+        )
+        said = " ".join(rep.stderr.split())
+        assert rep.stdout == rec.stdout or "not certain: 1 " + how in said, said
 
 
 #: A program that polls a slow call once (nothing has finished), then forks a worker that makes a
