@@ -136,6 +136,8 @@ class Settings:
 _settings_key = pytest.StashKey[Settings]()
 _cassette_key = pytest.StashKey["Cassette"]()
 _reports_key = pytest.StashKey[dict[str, pytest.TestReport]]()
+#: What a replay whose test raised left unused: an xfail mark may still take the test for xfailed.
+_unused_key = pytest.StashKey[str]()
 
 
 def ci_is_set(environ: Any = None) -> bool:
@@ -1251,7 +1253,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         # green: the divergence fails it, as any exception does; a Ctrl-C goes on)
         if failure is None or not isinstance(exc, Exception | pytest.skip.Exception | pytest.fail.Exception):
             if unused and isinstance(exc, pytest.skip.Exception | pytest.xfail.Exception):
-                _say_unused_then_skipped(item, exc, unused)
+                done = "skipped" if isinstance(exc, pytest.skip.Exception) else "xfailed"
+                head, reason = _say_unused_then_skipped(item, done, unused), str(exc)
+                # (the reason changed in place: a new exception would move the skip's location here)
+                exc.msg = f"{reason} ({head})" if reason else head
             elif (failure or unused) and isinstance(exc, pytest.exit.Exception | KeyboardInterrupt):
                 # (no report of this test follows: the run ends, and its exit status may be 0)
                 how = "pytest.exit()" if isinstance(exc, pytest.exit.Exception) else "KeyboardInterrupt"
@@ -1259,6 +1264,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
                     f"{invocation_nodeid(item)}: {how} ended the run during the replay of cassette "
                     f"{cassette.shown()}, which did not reproduce the recorded run:\n{failure or unused}"
                 )
+            elif unused:
+                item.stash[_unused_key] = unused
             note = (
                 failure
                 or unused
@@ -1318,21 +1325,18 @@ def _then_skipped(exc: BaseException, who: str) -> str:
     return f"\n({who} then {done}" + (f": {exc})" if str(exc) else ")")
 
 
-def _say_unused_then_skipped(item: pytest.Item, exc: BaseException, unused: str) -> None:
-    """Say, in the skip's reason and in a :class:`~forkpoint.errors.ReplayWarning` (the warnings
-    summary, shown by default), that a test skipped or xfailed before its replay used every recorded
-    call: the run ended differently from its recording, which a plain skip hid."""
-    done = "skipped" if isinstance(exc, pytest.skip.Exception) else "xfailed"
-    head = unused.splitlines()[0]
-    reason = str(exc)
-    # (the reason changed in place: a new exception would move the skip's location into this plugin)
-    exc.msg = f"{reason} ({head})" if reason else head  # type: ignore[attr-defined]
+def _say_unused_then_skipped(item: pytest.Item, done: str, unused: str) -> str:
+    """Say in a :class:`~forkpoint.errors.ReplayWarning` (the warnings summary, shown by default)
+    that a test ``done`` (skipped, xfailed) before its replay used every recorded call: the run
+    ended differently from its recording, which a plain skip hid. Returns what the skip's reason
+    adds."""
     item.warn(
         ReplayWarning(
             f"forkpoint: the test {done}, so its replay did not reproduce the recorded run: "
             + unused.removeprefix("forkpoint: ")
         )
     )
+    return unused.splitlines()[0]
 
 
 def _caused_by_forkpoint(exc: BaseException | None) -> bool:
@@ -1363,6 +1367,10 @@ def pytest_runtest_makereport(
         # (an xfail mark took the replay's failure for the one it expects: xfailed, in green)
         report.outcome = "failed"
         vars(report).pop("wasxfail", None)
+    elif report.skipped and "wasxfail" in vars(report) and (unused := item.stash.get(_unused_key, None)):
+        # (an xfail mark took the test's own failure, before its replay used every call, for the
+        # one it expects)
+        report.wasxfail += f" ({_say_unused_then_skipped(item, 'xfailed', unused)})"
     item.stash.setdefault(_reports_key, {})[report.when] = report
     return report
 

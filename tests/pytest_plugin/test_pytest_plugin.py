@@ -1932,3 +1932,30 @@ def test_a_marker_registered_by_the_project_is_said_as_it_hides_a_run_without_th
             "without a word. Remove that line*",
         ]
     )
+
+
+def test_an_xfail_marked_test_that_fails_after_leaving_recorded_calls_unused_says_so(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An xfail mark took a test failing halfway through its replay for the failure it expects: the
+    run ended differently from its recording (a call of it never made), xfailed in green, and only a
+    report section no xfailed test shows said so."""
+    marked = GIVES_UP_EARLY.replace(
+        "@pytest.mark.forkpoint\n", "@pytest.mark.forkpoint\n@pytest.mark.xfail(reason='flaky agent')\n"
+    ).replace(
+        'getattr(pytest, os.environ["GIVE_UP"])("the agent stopped early")', 'assert 0, "stopped early"'
+    )
+    pytester.makepyfile(test_agent=INNER, test_early=marked)
+    run(pytester, "test_early.py").assert_outcomes(xpassed=1)
+    server.stop()
+    monkeypatch.setenv("GIVE_UP", "1")
+    result = run(pytester, "--forkpoint-mode=replay", "-rsx", "test_early.py")
+    result.assert_outcomes(xfailed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ReplayWarning: forkpoint: the test xfailed, so its replay did not reproduce the recorded "
+            "run: 1 recorded call(s) of cassette tests/cassettes/test_early/test_two_turns went unused*",
+            "XFAIL test_early.py::test_two_turns - flaky agent (forkpoint: 1 recorded call(s) of "
+            "cassette tests/cassettes/test_early/test_two_turns went unused*",
+        ]
+    )
