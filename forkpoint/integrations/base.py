@@ -65,6 +65,8 @@ def stored_state(store: str, path: str) -> None:
     try:
         for f in [where] if os.path.isfile(where) else files:
             digest.update(os.path.relpath(f, where).encode() + b"\0")
+            if not os.path.isfile(f):  # (a named pipe, opened, blocked the program: its name alone)
+                continue
             with open(f, "rb") as held:  # (read in chunks: a database may be large)
                 digest.update(hashlib.file_digest(held, "sha256").digest())
     except OSError:

@@ -1404,3 +1404,30 @@ def test_a_replay_diverging_where_the_framework_s_stored_state_differs_says_so(
         "absent when recorded, there now" if before.startswith("left") else "there when recorded, absent now"
     )
     assert f"{store}'s stored state at {state / name} was {said}" in divergence["reason"], divergence
+
+
+def test_a_pipe_in_the_folder_of_strands_stored_state_does_not_hang_the_recorded_run(tmp_path: Path) -> None:
+    """Reading the folder strands keeps a session in opened a named pipe there to digest it, which
+    blocks until a writer comes: the program hung in ``FileSessionManager(...)``, which strands alone
+    opens at once (it reads only its own files there)."""
+    import threading
+
+    pytest.importorskip("strands")
+    from strands.session.file_session_manager import FileSessionManager
+
+    FileSessionManager("user-1", storage_dir=str(tmp_path / "state"))  # (the session, as a first run left it)
+    folder = tmp_path / "state" / "session_user-1"
+    os.mkfifo(folder / "events.pipe")
+    opened: list[object] = []
+    with forkpoint.record(store=tmp_path / "store"):
+        opening = threading.Thread(
+            target=lambda: opened.append(FileSessionManager("user-1", storage_dir=str(tmp_path / "state"))),
+            daemon=True,
+        )
+        opening.start()
+        opening.join(timeout=20)
+        hung = opening.is_alive()
+        if hung:  # (let the blocked open go: a writer that closes at once)
+            os.close(os.open(folder / "events.pipe", os.O_WRONLY))
+            opening.join()
+    assert not hung and len(opened) == 1
