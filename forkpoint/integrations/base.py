@@ -64,7 +64,7 @@ def stored_state(store: str, path: str) -> None:
     digest = hashlib.sha256()
     try:
         for f in [where] if os.path.isfile(where) else files:
-            digest.update(os.path.relpath(f, where).encode() + b"\0")
+            digest.update(os.fsencode(os.path.relpath(f, where)) + b"\0")  # (a name in no UTF-8 too)
             if not os.path.isfile(f):  # (a named pipe, opened, blocked the program: its name alone)
                 continue
             with open(f, "rb") as held:  # (read in chunks: a database may be large)

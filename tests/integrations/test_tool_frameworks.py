@@ -1431,3 +1431,23 @@ def test_a_pipe_in_the_folder_of_strands_stored_state_does_not_hang_the_recorded
             os.close(os.open(folder / "events.pipe", os.O_WRONLY))
             opening.join()
     assert not hung and len(opened) == 1
+
+
+def test_a_file_named_in_no_utf8_in_the_folder_of_strands_stored_state_is_no_error(tmp_path: Path) -> None:
+    """A file whose name is not UTF-8 (bytes a Latin-1 system wrote) in the folder strands keeps a
+    session in: the digest of its name raised UnicodeEncodeError, a ValueError, which the wrapper
+    took for strands refusing the session id: the state went unnoted, and a replay that diverged
+    where it differed could not name it."""
+    pytest.importorskip("strands")
+    from forkpoint.log import Session
+
+    state = str(tmp_path / "state")
+    with forkpoint.record(store=tmp_path / "store"):  # (the session, as a first run left it)
+        from strands.session.file_session_manager import FileSessionManager
+
+        FileSessionManager("user-1", storage_dir=state)
+    (tmp_path / "state" / "session_user-1" / os.fsdecode(b"notes-\xe9t\xe9.txt")).write_text("x")
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        FileSessionManager("user-1", storage_dir=state)
+    (note,) = [n for n in Session.load(rec.session_path).by_type("note") if n["data"].get("stored_state")]
+    assert note["data"]["stored_state"]["digest"], note
