@@ -252,7 +252,7 @@ class Recorder:
         self.root_span: str = writer.header.get("span_id") or new_span_id()
         self.pending: set[Any] = set()
         self.cache_answers: Counter[str] = Counter()
-        self.stored_states: dict[str, str | None] = {}
+        self.stored_states: dict[str, list[str | None]] = {}
         self.counts = {"model_call": 0, "tool_call": 0, "checkpoint": 0}
         #: The model calls of the programs this process was before it exec'd (``forkpoint._boot``):
         #: the turn its checkpoints go on from.

@@ -59,9 +59,9 @@ class Runtime(Protocol):
     #: Requests a framework answered from its own cache of model answers (DSPy's), by framework:
     #: they never reached the model, so they are neither recorded nor asked of a replay.
     cache_answers: Counter[str]
-    #: A digest of the state each framework keeps on disk, by its path, as it was when the framework
-    #: opened it (None: nothing there): :func:`opened_store`.
-    stored_states: dict[str, str | None]
+    #: A digest of the state each framework keeps on disk, by its path, as it was each time the
+    #: framework opened it, in order (None: nothing there): :func:`opened_store`.
+    stored_states: dict[str, list[str | None]]
 
     def before_model_call(self, request: HttpRequest) -> None:
         """A model call is about to be sent for real (a recorder takes a checkpoint here)."""
@@ -830,7 +830,7 @@ def opened_store(store: str, path: str, digest: str | None) -> None:
     rt = active()
     if rt is None:
         return
-    rt.stored_states[path] = digest
+    rt.stored_states.setdefault(path, []).append(digest)
     note = getattr(rt, "note", None)
     if callable(note):
         note(STORED_STATE, stored_state={"store": store, "path": path, "digest": digest})

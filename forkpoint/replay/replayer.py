@@ -884,7 +884,7 @@ class Replayer:
         self.network_blocked: list[str] = []
         self.pending: set[Any] = set()
         self.cache_answers: Counter[str] = Counter()
-        self.stored_states: dict[str, str | None] = {}
+        self.stored_states: dict[str, list[str | None]] = {}
         self._lock = threading.Lock()
         # Calls made inside a tool's body: served with that tool, never asked for on their own.
         self._children: dict[str, list[Call]] = {}
@@ -2042,15 +2042,23 @@ class Replayer:
     def _stored_state_differs(self) -> str:
         """Why a model request may differ from every recorded one: the state a framework keeps on
         disk (its stored conversation) was not, when this replay opened it, what it was when the
-        recorded run did (the session's notes: :func:`~forkpoint.runtime.opened_store`), or ``""``."""
-        said = ""
+        recorded run did (the session's notes: :func:`~forkpoint.runtime.opened_store`), or ``""``.
+        The n-th opening of a store is compared with the recorded n-th: a program that opens it
+        again finds what its own run wrote there."""
+        said, told = "", set()
+        recorded: Counter[str] = Counter()
         for n in self._session.by_type("note"):
             found = (n.get("data") or {}).get("stored_state")
-            if not isinstance(found, dict) or (path := found.get("path")) not in self.stored_states:
+            if not isinstance(found, dict) or not isinstance(path := found.get("path"), str):
                 continue
-            then, now = found.get("digest"), self.stored_states[path]
+            recorded[path] += 1
+            opened = self.stored_states.get(path, [])
+            if len(opened) < recorded[path] or path in told:  # (not opened so often yet; said)
+                continue
+            then, now = found.get("digest"), opened[recorded[path] - 1]
             if then == now:
                 continue
+            told.add(path)
             how = (
                 "different now from when recorded"
                 if then and now
