@@ -1193,6 +1193,9 @@ def sweep(
     for f, option in ((html_file, "--html"), (json_file, "--json")):
         if f is not None:
             _output_file(f, option)
+    if html_file is not None and json_file is not None and html_file.resolve() == json_file.resolve():
+        # (the page, written last, replaced the JSON)
+        raise click.BadParameter(f"--html and --json name the same file, {json_file}", param_hint="--json")
     if into is not None:
         _new_folder(into, "--into")
     s = _load(session, store, signature=trust)  # (without --trust, refused below)

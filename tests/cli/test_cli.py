@@ -1664,6 +1664,17 @@ def test_a_folder_restore_fork_or_sweep_fills_inside_a_session_folder_is_refused
         assert sorted(rec.session_path.rglob("*")) == before
 
 
+def test_sweep_refuses_one_file_for_both_html_and_json(tmp_path: Path) -> None:
+    """`sweep --html F --json F` ran every arm, then wrote the page over the JSON it had just
+    written: one of the two outputs asked for was lost, without a word."""
+    both = tmp_path / "sweep.out"
+    r = cli("sweep", "last", "--store", str(tmp_path / "store"), "--outcome", "true",
+            "--html", str(both), "--json", str(both), "--", sys.executable, "agent.py")  # fmt: skip
+    assert r.exit_code == 2, r.output
+    assert f"--html and --json name the same file, {both}" in flat(r.output), r.output
+    assert not both.exists()
+
+
 def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Path) -> None:
     store = tmp_path / "store"
     r = CliRunner().invoke(main, ["record", "--store", str(store), "--", "no-such-agent-command", "x"])
