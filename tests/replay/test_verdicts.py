@@ -1239,12 +1239,8 @@ if __name__ == "__main__":
 #: fast one does work of its own after its tool returns, for longer than the others' calls take once
 #: served at once. It takes them through ``asyncio.as_completed``, or an ``asyncio.wait`` loop for
 #: the first to finish (``argv[1]``).
-ASYNC_POOL = """
-import asyncio, sys, time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-
-import forkpoint
-
+#: A tool call, and a pool function that makes one and works on after it for ``after`` seconds.
+POOL_JOB = """
 
 @forkpoint.tool
 def work(name, delay):
@@ -1256,7 +1252,18 @@ def job(name, delay, after):
     got = work(name, delay)
     time.sleep(after)
     return got
+"""
 
+
+ASYNC_POOL = (
+    """
+import asyncio, sys, time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import forkpoint
+"""
+    + POOL_JOB
+    + """
 
 async def main():
     loop = asyncio.get_running_loop()
@@ -1286,6 +1293,7 @@ async def main():
 
 asyncio.run(main())
 """
+)
 
 
 def recorded_and_replayed(
@@ -1374,24 +1382,15 @@ def test_the_futures_asyncio_makes_of_a_thread_pool_s_taken_as_they_finish_are_s
 #: after its call for longer than the others' calls take once served at once. Taken through
 #: ``concurrent.futures.as_completed`` or a ``wait`` loop for the first to finish (``argv[1]``), or,
 #: with ``argv[2]`` ``0``, with no work after the calls (their order held).
-THREAD_POOL = """
+THREAD_POOL = (
+    """
 import sys, time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed, wait
 
 import forkpoint
-
-
-@forkpoint.tool
-def work(name, delay):
-    time.sleep(delay)
-    return name
-
-
-def job(name, delay, after):
-    got = work(name, delay)
-    time.sleep(after)
-    return got
-
+"""
+    + POOL_JOB
+    + """
 
 after = float(sys.argv[2])
 with ThreadPoolExecutor(3) as pool:
@@ -1407,6 +1406,7 @@ with ThreadPoolExecutor(3) as pool:
             seen.append(sorted(f.result() for f in done))
     print(seen)
 """
+)
 
 
 @pytest.mark.parametrize(
