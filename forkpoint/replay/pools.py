@@ -384,7 +384,8 @@ def install_asyncio(aio: Any, mode: str) -> None:
 def _install_wrap_future(aio: Any) -> None:
     """Wrap ``asyncio.wrap_future`` (which ``run_in_executor``, and so ``asyncio.to_thread``, look
     up at every call) so that the future it makes of a pool's, and the task that made it, are known
-    as such (:data:`_made_of`). A program that imported it before the recording began, or another
+    as such (:data:`_made_of`); not in a tool's body, which a replay does not run (its task ends as
+    its served call is released). A program that imported it before the recording began, or another
     event loop that did (uvloop), makes futures not known so."""
     futures = getattr(aio, "futures", None)
     if (real := _to_wrap(futures, "wrap_future", "record")) is None:
@@ -392,8 +393,10 @@ def _install_wrap_future(aio: Any) -> None:
 
     @functools.wraps(real)
     def wrap_future(future: Any, *, loop: Any = None) -> Any:
+        from ..capture.tools import in_tool_body  # (not at start-up: hooks.install loads this module)
+
         made = real(future, loop=loop)
-        if made is not future and runtime.active() is not None:
+        if made is not future and runtime.active() is not None and not in_tool_body():
             # (a task that awaits it, asyncio.to_thread's, ends as it does)
             for known in (made, runtime.running_task()):
                 try:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -1914,3 +1915,44 @@ def test_concurrent_pydantic_ai_runs_asking_the_same_tool_each_get_their_own_ans
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(runs("b")) == live
     assert replayed_ok(rp.report()), summary_line(rp.report())
+
+
+def test_a_tool_s_body_awaiting_asyncio_to_thread_is_not_said_to_leave_an_order_unheld(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pydantic-ai runs each tool call of a turn in a task and takes them by ``asyncio.wait``; an
+    async tool that awaits ``asyncio.to_thread`` for its blocking work (as its docs write it) made
+    the recording say that the futures asyncio made of a thread pool's were taken as they finished
+    and that the replay's verdict would say so. The tool's body is not run on replay: its task ends
+    as its served call is released, in the order the calls finished live; the replay said plain
+    "replay ok" after the warning."""
+    from forkpoint.replay import summary_line
+
+    agent = Agent()
+
+    def blocking(name: str, delay: float) -> str:
+        time.sleep(delay)
+        return f"{name} done"
+
+    @agent.tool_plain
+    async def slow(x: int) -> str:
+        """A slow lookup."""
+        return await asyncio.to_thread(blocking, "slow", 0.3)
+
+    @agent.tool_plain
+    async def fast(x: int) -> str:
+        """A fast lookup."""
+        return await asyncio.to_thread(blocking, "fast", 0.01)
+
+    script: Any = [[("slow", {"x": 1}), ("fast", {"x": 2})], "done"]
+    with LocalServer(chat_script=script) as srv:
+        model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=srv.openai_base_url, api_key=API_KEY))
+        with forkpoint.record(store=tmp_path) as rec:
+            assert agent.run_sync("Go.", model=model).output == "done"
+        said = " ".join(capsys.readouterr().err.split())
+        assert "thread pool" not in said, said
+        notes = forkpoint.Session.load(rec.session_path).by_type("note")
+        assert not [n for n in notes if "thread_pools" in (n.get("data") or {})], notes
+        with forkpoint.replay(rec.session_path, record_child=False) as rep:
+            assert agent.run_sync("Go.", model=model).output == "done"
+    assert summary_line(rep.report()).startswith("replay ok: "), summary_line(rep.report())
