@@ -114,11 +114,24 @@ _OF_PROCESSES = "_forkpoint_of_processes"
 #: futures while it recorded (:func:`_of_processes`), once each.
 _processes_taken: weakref.WeakKeyDictionary[Any, list[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
+
+class _Pool:
+    """What is known of the pool's future an asyncio future was made of (:data:`_made_of`): whether
+    it is a process pool's (:data:`_OF_PROCESSES`). Not the pool's future itself, which holds the
+    asyncio future (a done callback): held by the map, it would keep every one alive."""
+
+    __slots__ = (_OF_PROCESSES,)
+
+
+#: The attribute a pool's future holds its :class:`_Pool` in (:func:`_pool_of`).
+_POOL = "_forkpoint_pool"
+
 #: An asyncio future made of a pool's (``asyncio.wrap_future``: ``run_in_executor``,
-#: ``asyncio.to_thread``), or a task that made one, → the pool's future (:func:`_install_wrap_future`).
-#: The event loop finishes it when the pool's thread hands it over, after the pool's function has
-#: returned: the order a replay releases the served calls in does not decide the order these finish in.
-_made_of: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+#: ``asyncio.to_thread``), or a task that made one, → its pool's :class:`_Pool`
+#: (:func:`_install_wrap_future`). The event loop finishes it when the pool's thread hands it over,
+#: after the pool's function has returned: the order a replay releases the served calls in does not
+#: decide the order these finish in.
+_made_of: weakref.WeakKeyDictionary[Any, _Pool] = weakref.WeakKeyDictionary()
 
 #: Runtime → the asyncio ``as_completed`` and ``wait`` calls, and where made, that took the futures
 #: asyncio made of a thread pool's while it recorded (:func:`_not_held`), once each.
@@ -238,6 +251,8 @@ def _stamping(method: Callable[..., Any]) -> Callable[..., Any]:
                     _ended_last[0] = max(called, _ended_last[0])
         if type(threading.current_thread()).__name__ == "_ExecutorManagerThread":
             setattr(self, _OF_PROCESSES, True)
+            if (pool := getattr(self, _POOL, None)) is not None:
+                setattr(pool, _OF_PROCESSES, True)
         # (before it is done: whoever sees it done sees it)
         setattr(self, _FINISHED, next(_finishing) if at is None else at)
         return method(self, *args, **kwargs)  # (set_result(result=…): the program's call as it made it)
@@ -398,9 +413,10 @@ def _install_wrap_future(aio: Any) -> None:
         made = real(future, loop=loop)
         if made is not future and runtime.active() is not None and not in_tool_body():
             # (a task that awaits it, asyncio.to_thread's, ends as it does)
+            pool = _pool_of(future)
             for known in (made, runtime.running_task()):
                 try:
-                    _made_of[known] = future
+                    _made_of[known] = pool
                 except TypeError:  # (None, or an object no weakref can hold: not known so)
                     pass
         return made
@@ -408,6 +424,16 @@ def _install_wrap_future(aio: Any) -> None:
     wrap_future.__forkpoint_pools__ = True  # type: ignore[attr-defined]
     futures.wrap_future = aio.wrap_future = wrap_future  # type: ignore[union-attr]
     _install_run_in_executor(aio)
+
+
+def _pool_of(future: futures_base.Future[Any]) -> _Pool:
+    """The :class:`_Pool` of a pool's ``future`` (one however many asyncio futures are made of it)."""
+    if (pool := getattr(future, _POOL, None)) is None:
+        pool = _Pool()
+        setattr(future, _POOL, pool)
+    if getattr(future, _OF_PROCESSES, False):  # (finished before it had one: _stamping)
+        setattr(pool, _OF_PROCESSES, True)
+    return pool
 
 
 def _install_run_in_executor(aio: Any) -> None:
