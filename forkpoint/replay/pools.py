@@ -218,7 +218,9 @@ _thread = threading.local()
 def _call_ended(returned: bool) -> None:
     """A tool's call ended, or a model call's answer came, in this thread or asyncio task: the
     future its work finishes stands for a call (:data:`_CALLED`, :data:`_called_tasks`); a tool's
-    call that ``returned`` to the program takes its place in the order they do (:data:`_INVERTED`)."""
+    call that ``returned`` to the program takes its place in the order they do (:data:`_INVERTED`);
+    a task that awaited a pool's future before ends as this call's result is released, not as that
+    future did (:data:`_made_of`), until it awaits another."""
     task = runtime.running_task()
     if task is None:
         # (its place in the order tool calls end; a model call's answers are not held in order)
@@ -226,6 +228,7 @@ def _call_ended(returned: bool) -> None:
         return
     try:
         _called_tasks.add(task)
+        _made_of.pop(task, None)
     except TypeError:  # (a task factory's object no weakref can hold: taken for the program's own)
         pass
 
