@@ -480,7 +480,9 @@ def _install_as_completed(aio: Any, mode: str) -> None:
         if rt is None or loop is None or aio.isfuture(fs) or aio.iscoroutine(fs):
             yield from real(fs, timeout=timeout)  # (its errors as it raises them)
             return
-        todo = {aio.ensure_future(f, loop=loop) for f in set(fs)}  # (as as_completed does)
+        # (tasks made in the order given: as_completed makes them in a set's, by their coroutines'
+        # addresses, which a replay's are not, and the calls would be asked in another order)
+        todo = {aio.ensure_future(f, loop=loop) for f in dict.fromkeys(fs)}
         at = _place(sys._getframe(1))
 
         said = False

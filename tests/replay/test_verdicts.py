@@ -5,6 +5,7 @@ about its own end."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import concurrent.futures._base as futures_base
 import gc
@@ -3465,4 +3466,38 @@ def test_a_task_that_asks_a_call_after_its_thread_pool_s_work_is_not_said_unheld
     rec, rep = recorded_and_replayed(tmp_path, LOADED_THEN_ASKED)
     assert rec.stdout.strip() == rep.stdout.strip() == "['b', 'a']"
     assert "thread pool" not in rec.stderr, rec.stderr
+    assert rep.stderr.strip().startswith("replay ok: "), rep.stderr
+
+
+#: ``asyncio.as_completed`` over coroutines, each asking a tool: it makes their tasks.
+COROUTINES_AS_COMPLETED = """
+import asyncio
+
+import forkpoint
+
+
+@forkpoint.tool
+async def ask(name):
+    return name
+
+
+async def main():
+    print([await f for f in asyncio.as_completed([ask(n) for n in "abcdef"])])
+
+
+asyncio.run(main())
+"""
+
+
+def test_the_tasks_asyncio_as_completed_makes_of_coroutines_run_in_the_same_order_on_replay(
+    tmp_path: Path,
+) -> None:
+    """``asyncio.as_completed`` makes a task of each coroutine it is given in the order of a set of
+    them, by their addresses in memory, which a replay's are not: the tools were asked, and the
+    results taken, in another order than live (['c', 'd', 'b', 'f', 'a', 'e'] recorded,
+    ['d', 'e', 'a', 'b', 'f', 'c'] replayed, each time) under a plain "replay ok". While
+    forkpoint is active it makes them in the order given, recorded and replayed alike."""
+    rec, rep = recorded_and_replayed(tmp_path, COROUTINES_AS_COMPLETED)
+    assert sorted(ast.literal_eval(rec.stdout)) == list("abcdef")
+    assert rep.stdout == rec.stdout, rep.stderr
     assert rep.stderr.strip().startswith("replay ok: "), rep.stderr
