@@ -359,24 +359,32 @@ call_ended: list[Callable[[bool], None]] = []
 
 def watch_tasks(aio: Any) -> None:
     """Note how each task an asyncio event loop makes came to be made (:data:`_made`), while a
-    runtime is active or to be made (idempotent). A loop that makes its tasks otherwise (uvloop)
-    names no caller."""
+    runtime is active or to be made, and when one the main thread's own flow made was made
+    (:class:`Born`) while one is active (idempotent). A loop that makes its tasks otherwise
+    (uvloop) names no caller, and its tasks are taken to have been there all along."""
     base = getattr(getattr(aio, "base_events", None), "BaseEventLoop", None)
     real = getattr(base, "create_task", None)
     if base is None or real is None or getattr(real, "__forkpoint_watch__", False):
         return
 
     def create_task(self: Any, *args: Any, **kwargs: Any) -> Any:
-        how = None
+        how, main_flow = None, False
         if (
             _active is not None or _pending is not None
         ) and threading.current_thread() is threading.main_thread():
             try:  # (looked at before the task is made: it would be one not yet started beside its maker)
                 how = _how_made(aio, self)
+                main_flow = how == "root" or _made.get(aio.current_task(self)) == "root"
             except Exception:  # (asyncio's insides read otherwise than this Python keeps them: unknown)
                 how = None
         task = real(self, *args, **kwargs)
-        if _active is not None:
+        rt = _active
+        if rt is not None:
+            if main_flow:
+                try:
+                    _note_born(task, rt)
+                except TypeError:  # (a task factory's object no weakref can hold: when it began is unknown)
+                    pass
             for made in task_made:
                 made(task)
         if how is not None:
@@ -711,20 +719,29 @@ _last_sent: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 class Born(NamedTuple):
-    """When a thread was started while a runtime was active (:func:`watch_threads`)."""
+    """When a thread was started, or an asyncio task made, while a runtime was active
+    (:func:`watch_threads`, :func:`watch_tasks`)."""
 
     #: That runtime.
     runtime: weakref.ReferenceType[Any]
     #: The last ordinal it had given then (:func:`next_sent`): a call whose ``finished`` is no
-    #: later had ended before the thread began, so the thread did not make it.
+    #: later had ended before the thread or task began, so it did not make it.
     sent: int
-    #: How many threads had been started so in this process before it (:func:`threads_started`).
+    #: How many threads and tasks had been started so in this process before it (:func:`starts`).
     order: int
 
 
-#: Thread → when it was started (:func:`watch_threads`).
-_born: weakref.WeakKeyDictionary[threading.Thread, Born] = weakref.WeakKeyDictionary()
-_threads_started = 0
+#: Thread or asyncio task → when it was started (:func:`watch_threads`, :func:`watch_tasks`).
+_born: weakref.WeakKeyDictionary[Any, Born] = weakref.WeakKeyDictionary()
+_starts = 0
+
+
+def _note_born(started: Any, rt: Runtime) -> None:
+    """Note that thread or task ``started`` begins now, while ``rt`` is active (:data:`_born`)."""
+    global _starts
+    with _sent_lock:
+        _born[started] = Born(weakref.ref(rt), _last_sent.get(rt, sent_from - 1), _starts)
+        _starts += 1
 
 
 def watch_threads() -> None:
@@ -737,12 +754,9 @@ def watch_threads() -> None:
         return
 
     def start(self: threading.Thread) -> None:
-        global _threads_started
         rt = _active
         if rt is not None and self.ident is None:  # (a second start of a started thread starts nothing)
-            with _sent_lock:
-                _born[self] = Born(weakref.ref(rt), _last_sent.get(rt, sent_from - 1), _threads_started)
-                _threads_started += 1
+            _note_born(self, rt)
         real(self)
 
     functools.update_wrapper(start, real)
@@ -750,17 +764,25 @@ def watch_threads() -> None:
     threading.Thread.start = start  # type: ignore[method-assign]
 
 
-def thread_born(rt: Runtime) -> Born | None:
-    """When the current thread was started while ``rt`` was active, or None (the main thread, or
-    one started before ``rt`` was)."""
-    born = _born.get(threading.current_thread())
+def caller_born(rt: Runtime) -> Born | None:
+    """When the caller now, the running asyncio task or else the current thread, was started while
+    ``rt`` was active, or None (the main thread, or one started before ``rt`` was). A task began
+    after its thread did, so its beginning is the later bound on when the caller came to be. Only
+    a task the main thread's own flow made has one: its code outside a running loop (``asyncio.run``'s
+    task) or that task, which makes its tasks in its own order, as it makes its calls; tasks other
+    tasks made, as each woke, may be made the other way round on replay (two sub-agents that each
+    make a task once their own wait ends)."""
+    task = running_task()
+    born = _born.get(task) if task is not None else None
+    if born is None or born.runtime() is not rt:
+        born = _born.get(threading.current_thread())
     return born if born is not None and born.runtime() is rt else None
 
 
-def threads_started() -> int:
-    """How many threads have been started in this process while a runtime was active: the
-    :attr:`Born.order` of the next."""
-    return _threads_started
+def starts() -> int:
+    """How many threads and asyncio tasks have been started in this process while a runtime was
+    active: the :attr:`Born.order` of the next."""
+    return _starts
 
 
 #: The process whose ``os.exec*`` hand its recording or replay on to the program it becomes (one that

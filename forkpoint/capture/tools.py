@@ -730,7 +730,7 @@ class _ToolCall:
         rt = runtime.active()
         self.sent = runtime.next_sent(rt) if rt is not None else None
         self.caller = runtime.caller()
-        self.born = runtime.thread_born(rt) if rt is not None else None
+        self.born = runtime.caller_born(rt) if rt is not None else None
         self.ts = now_iso()
         self.t0 = time.perf_counter()
         self.span_id = new_span_id()

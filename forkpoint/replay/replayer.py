@@ -847,13 +847,11 @@ class Replayer:
         #: Served streams holding chunks stored empty, which no HTTP library hands a program: each
         #: as its seq and how many (a chunk a scrubbed secret filled: :func:`_pieces_lost`).
         self.pieces_lost: list[dict[str, int]] = []
-        #: Group → thread → the calls of the group served to that thread here, each as its seq and
-        #: how many threads had been started then (:meth:`_raced`).
-        self._callers: dict[int, dict[threading.Thread, list[tuple[int, int]]]] = {}
-        #: Group → thread → the asyncio tasks of that thread served one of its calls here, by id
-        #: (:meth:`_raced`: a 2nd is all it asks of them; kept apart, so that a program reading the
-        #: clock thousands of times does not make each read look at every one before it).
-        self._caller_tasks: dict[int, dict[threading.Thread, dict[int, Any]]] = {}
+        #: Group → (thread, asyncio task or None) → the calls of the group served to that caller
+        #: here, each as its seq and how many threads and tasks had been started then
+        #: (:meth:`_raced`: by caller, so that a program reading the clock thousands of times in one
+        #: task does not make each read look at every one before it).
+        self._callers: dict[int, dict[tuple[threading.Thread, Any], list[tuple[int, int]]]] = {}
         self.used: list[int] = []
         #: Tool calls taken whose result or exception could not be handed back (not recorded, or not
         #: rebuilt here): the program got nothing of them (:meth:`diverged`), so they are not served.
@@ -1757,31 +1755,28 @@ class Replayer:
         call ``seq``, may have raced one served before in this process, when recorded: it was made
         in another thread, or in another asyncio task of this thread (what ran at once while
         recording need not now, so the replay's order says nothing). This thread's code outside any
-        task (a call before ``asyncio.run``) never ran beside its tasks, nor did a thread started
-        after the other call had ended, both when recorded and now (:meth:`_started_after`)."""
+        task (a call before ``asyncio.run``) never ran beside its tasks, nor did a thread or task
+        started after the other call had ended, both when recorded and now (:meth:`_started_after`)."""
         me = threading.current_thread()
         task = runtime.running_task()
-        born = runtime.thread_born(self)
+        born = runtime.caller_born(self)
         callers = self._callers.setdefault(group, {})
-        tasks = self._caller_tasks.setdefault(group, {})
-        raced = (task is not None and any(other is not task for other in tasks.get(me, {}).values())) or any(
+        raced = any(
             not self._started_after(born, seq, before, started)
-            for thread, calls in callers.items()
-            if thread is not me
+            for (thread, by), calls in callers.items()
+            if thread is not me or (task is not None and by is not None and by is not task)
             for before, started in calls
         )
-        callers.setdefault(me, []).append((seq, runtime.threads_started()))
-        if task is not None:
-            tasks.setdefault(me, {})[id(task)] = task
+        callers.setdefault((me, task), []).append((seq, runtime.starts()))
         return raced
 
     def _started_after(self, born: runtime.Born | None, seq: int, before: int, started: int) -> bool:
-        """Whether the thread asking now (started as ``born`` says) was started after recorded call
-        ``before`` was served to another here (when ``started`` threads had been), and the thread
-        that made recorded call ``seq``, served to it, after ``before`` had ended when recorded:
-        each time, one thread made its call before the other was there to (a LangGraph
-        ``ToolNode`` runs each step's tools in a pool of its own), so which got which answer is
-        told."""
+        """Whether the thread or task asking now (started as ``born`` says) was started after
+        recorded call ``before`` was served to another here (when ``started`` threads and tasks had
+        been), and the one that made recorded call ``seq``, served to it, after ``before`` had ended
+        when recorded: each time, one made its call before the other was there to (a LangGraph
+        ``ToolNode`` runs each step's tools in a pool of its own; two agent runs in turn, each
+        ``asyncio.run`` or a task of its own), so which got which answer is told."""
         if born is None or born.order < started:
             return False
         now, then = self._events[seq], self._events[before]

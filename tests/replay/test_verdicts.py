@@ -2433,6 +2433,98 @@ def test_identical_calls_made_by_threads_each_started_after_the_call_before_ende
     assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
 
+def test_identical_calls_made_by_tasks_each_made_after_the_call_before_ended_are_certain(
+    store: Path,
+) -> None:
+    """Two agent runs one after the other (``asyncio.run`` twice, or two tasks of one name awaited
+    in turn), each asking a tool for the time, replayed as "ok, but not certain" (served to several
+    asyncio tasks), though the second task was made after the first call had ended: it could not
+    have asked first. Tasks there together still may have, and tasks that tasks other than
+    ``asyncio.run``'s made, as each woke, may be made the other way round."""
+    import datetime
+    import threading
+
+    @forkpoint.tool
+    async def now() -> str:
+        return datetime.datetime.now().isoformat()
+
+    async def run() -> str:
+        return await now()
+
+    def runs_in_turn() -> None:
+        asyncio.run(run())
+        asyncio.run(run())
+
+    async def ticker() -> None:  # (a task of its own beside the runs: their callers get no names)
+        for _ in range(5):
+            await asyncio.sleep(0.001)
+
+    async def named_alike() -> None:  # (one name for both tasks: names tell nothing)
+        await asyncio.create_task(run(), name="run")
+        await asyncio.create_task(run(), name="run")
+
+    async def beside_a_ticker() -> None:  # (a task of the framework's own beside them: no names)
+        ticking = asyncio.create_task(ticker())
+        await asyncio.create_task(run())
+        await asyncio.create_task(run())
+        await ticking
+
+    def tasks_in_turn() -> None:
+        asyncio.run(named_alike())
+        asyncio.run(beside_a_ticker())
+
+    @forkpoint.tool
+    def clock() -> str:
+        return datetime.datetime.now().isoformat()
+
+    def threads_in_turn() -> None:
+        for _ in range(2):
+            worker = threading.Thread(target=clock)
+            worker.start()
+            worker.join()
+
+    for program, calls in ((runs_in_turn, 2), (tasks_in_turn, 4), (threads_in_turn, 2)):
+        with forkpoint.record(store=store) as rec:
+            program()
+        callers = [e.get("caller") for e in Session.load(rec.session_path).by_type("tool_call")]
+        assert callers in ([None] * calls, ["run", "run", None, None]), callers  # (no names to tell by)
+        with forkpoint.replay(rec.session_path) as rp:
+            program()
+        said = summary_line(rp.report())
+        assert rp.report()["ambiguous"] == [] and said.startswith(f"replay ok: {calls}/{calls}"), (
+            program,
+            said,
+        )
+
+    async def one_then_other(first_asks: bool) -> None:
+        """Both tasks there before either asks; which asks first is the program's timing."""
+        turn = asyncio.Event()
+
+        async def ask(first: bool) -> None:
+            if first != first_asks:
+                await turn.wait()
+            await run()
+            turn.set()
+
+        ticking = asyncio.create_task(ticker())
+        await asyncio.gather(asyncio.create_task(ask(True)), asyncio.create_task(ask(False)))
+        await ticking
+
+    with forkpoint.record(store=store) as together:
+        asyncio.run(one_then_other(first_asks=True))
+    with forkpoint.replay(together.session_path) as rp:
+        asyncio.run(one_then_other(first_asks=False))  # (the other task asked first: got the other answer)
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls"), rp.report()
+    with forkpoint.replay(together.session_path) as rp:
+        runs_in_turn()  # (made in turn now, but they were there together when recorded)
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls"), rp.report()
+    with forkpoint.record(store=store) as in_turn:
+        asyncio.run(beside_a_ticker())
+    with forkpoint.replay(in_turn.session_path) as rp:
+        asyncio.run(one_then_other(first_asks=False))  # (in turn when recorded, together now)
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls"), rp.report()
+
+
 def test_a_thread_started_again_keeps_when_it_was_started(store: Path) -> None:
     """A second ``start()`` of a running thread fails (RuntimeError) and starts nothing, yet it
     noted the thread as started then: a thread there before the other thread's identical call
@@ -2587,6 +2679,17 @@ def test_identical_calls_answered_differently_and_served_to_several_asyncio_task
         live = asyncio.run(one_task_after_another("node"))  # (one name for every task: it tells nothing)
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(one_task_after_another("node")) == live
+    # Each task was made after the other's call had ended, recorded and now: neither could ask first.
+    assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 4/4")
+
+    async def tasks_made_together(name: str) -> list[tuple[str, int]]:
+        nodes = [asyncio.create_task(agent(who, 0.0), name=name) for who in ("slow", "fast")]
+        return [await node for node in nodes]
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(tasks_made_together("node"))
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(tasks_made_together("node")) == live
     assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
     @forkpoint.tool
