@@ -359,8 +359,8 @@ call_ended: list[Callable[[bool], None]] = []
 
 def watch_tasks(aio: Any) -> None:
     """Note how each task an asyncio event loop makes came to be made (:data:`_made`), while a
-    runtime is active or to be made, and when one the main thread's own flow made was made
-    (:class:`Born`) while one is active (idempotent). A loop that makes its tasks otherwise
+    runtime is active or to be made, and when the main thread's own flow made it, or the task of
+    that flow it was made under (:class:`Born`), while one is active (idempotent). A loop that makes its tasks otherwise
     (uvloop) names no caller, and its tasks are taken to have been there all along."""
     base = getattr(getattr(aio, "base_events", None), "BaseEventLoop", None)
     real = getattr(base, "create_task", None)
@@ -368,23 +368,26 @@ def watch_tasks(aio: Any) -> None:
         return
 
     def create_task(self: Any, *args: Any, **kwargs: Any) -> Any:
-        how, main_flow = None, False
+        how, maker = None, None
         if (
             _active is not None or _pending is not None
         ) and threading.current_thread() is threading.main_thread():
             try:  # (looked at before the task is made: it would be one not yet started beside its maker)
                 how = _how_made(aio, self)
-                main_flow = how == "root" or _made.get(aio.current_task(self)) == "root"
+                if how != "root" and aio._get_running_loop() is self:
+                    maker = aio.current_task(self)
             except Exception:  # (asyncio's insides read otherwise than this Python keeps them: unknown)
                 how = None
         task = real(self, *args, **kwargs)
         rt = _active
         if rt is not None:
-            if main_flow:
-                try:
+            try:  # (a task factory's object no weakref can hold: when it began is unknown)
+                if how == "root" or (maker is not None and _made.get(maker) == "root"):
                     _note_born(task, rt)
-                except TypeError:  # (a task factory's object no weakref can hold: when it began is unknown)
-                    pass
+                elif maker is not None and maker in _born:  # (its maker's flow's: see caller_born)
+                    _born[task] = _born[maker]
+            except TypeError:
+                pass
             for made in task_made:
                 made(task)
         if how is not None:
@@ -767,11 +770,12 @@ def watch_threads() -> None:
 def caller_born(rt: Runtime) -> Born | None:
     """When the caller now, the running asyncio task or else the current thread, was started while
     ``rt`` was active, or None (the main thread, or one started before ``rt`` was). A task began
-    after its thread did, so its beginning is the later bound on when the caller came to be. Only
-    a task the main thread's own flow made has one: its code outside a running loop (``asyncio.run``'s
-    task) or that task, which makes its tasks in its own order, as it makes its calls; tasks other
-    tasks made, as each woke, may be made the other way round on replay (two sub-agents that each
-    make a task once their own wait ends)."""
+    after its thread did, so its beginning is the later bound on when the caller came to be. A
+    task the main thread's own flow made has one: its code outside a running loop (``asyncio.run``'s
+    task) or that task, which makes its tasks in its own order, as it makes its calls. A task other
+    tasks made has that of the one of them the flow made (an agent run's task, whose tasks run its
+    tools): tasks made as each woke may be made the other way round on replay (two sub-agents that
+    each make a task once their own wait ends), and the flow's task they were made under not."""
     task = running_task()
     born = _born.get(task) if task is not None else None
     if born is None or born.runtime() is not rt:

@@ -1956,3 +1956,67 @@ def test_a_tool_s_body_awaiting_asyncio_to_thread_is_not_said_to_leave_an_order_
         with forkpoint.replay(rec.session_path, record_child=False) as rep:
             assert agent.run_sync("Go.", model=model).output == "done"
     assert summary_line(rep.report()).startswith("replay ok: "), summary_line(rep.report())
+
+
+def test_agent_runs_one_after_the_other_reading_the_time_replay_as_certain(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two runs of one agent in turn (the Agents SDK's ``Runner.run`` then ``Runner.run_streamed``;
+    two awaited pydantic-ai ``Agent.run``), each asking a tool for the time, with the id the model
+    gives a conversation's first call (``call_1`` each time): the identical calls, answered
+    differently, replayed as "ok, but not certain" (served to several asyncio tasks), though each
+    run's task was made after the other run's call had ended."""
+    import datetime
+
+    from forkpoint.replay import summary_line
+    from tests.modelserver import Stream, chat_chunks, chat_completion, json_reply
+
+    def time_then_say(request: dict[str, Any]) -> Any:
+        body = request["body"]
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            answer = chat_completion("chatcmpl-2", body["model"], text=f"it is {last['content']}")
+        else:
+            answer = chat_completion(
+                "chatcmpl-1", body["model"], tool_calls=[("now", {})], call_ids=["call_1"]
+            )
+        return Stream(chat_chunks(answer)) if body.get("stream") else json_reply(answer)
+
+    server.route("/v1/chat/completions", time_then_say)
+
+    async def now() -> str:
+        """The time now."""
+        return datetime.datetime.now().isoformat()
+
+    client = AsyncOpenAI(base_url=server.openai_base_url, api_key=API_KEY, max_retries=0)
+    sdk_agent = SdkAgent(
+        name="clock",
+        model=OpenAIChatCompletionsModel(model="m", openai_client=client),
+        tools=[function_tool(now)],
+    )
+    pa = Agent(
+        OpenAIChatModel("m", provider=OpenAIProvider(base_url=server.openai_base_url, api_key=API_KEY))
+    )
+    pa.tool_plain(now)
+
+    async def agents_sdk() -> list[str]:
+        first = await Runner.run(sdk_agent, "what time is it?")
+        second = Runner.run_streamed(sdk_agent, "what time is it?")
+        async for _ in second.stream_events():
+            pass
+        return [str(first.final_output), str(second.final_output)]
+
+    async def pydantic_ai() -> list[str]:
+        return [str((await pa.run("what time is it?")).output) for _ in range(2)]
+
+    for program in (agents_sdk, pydantic_ai):
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = asyncio.run(program())
+        times = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+        assert len({t["result"] for t in times}) == 2 and {t.get("call_id") for t in times} == {"call_1"}, (
+            times
+        )
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(program()) == live
+        said = summary_line(rp.report())
+        assert rp.report()["ambiguous"] == [] and said.startswith("replay ok: 6/6"), (program, said)

@@ -2463,10 +2463,13 @@ def test_identical_calls_made_by_tasks_each_made_after_the_call_before_ended_are
         await asyncio.create_task(run(), name="run")
         await asyncio.create_task(run(), name="run")
 
+    async def run_in_a_task() -> None:  # (a framework's run, running its tools in tasks of their own)
+        await asyncio.gather(run())
+
     async def beside_a_ticker() -> None:  # (a task of the framework's own beside them: no names)
         ticking = asyncio.create_task(ticker())
-        await asyncio.create_task(run())
-        await asyncio.create_task(run())
+        await asyncio.create_task(run_in_a_task())
+        await asyncio.create_task(run_in_a_task())
         await ticking
 
     def tasks_in_turn() -> None:
@@ -2503,7 +2506,7 @@ def test_identical_calls_made_by_tasks_each_made_after_the_call_before_ended_are
         async def ask(first: bool) -> None:
             if first != first_asks:
                 await turn.wait()
-            await run()
+            await run_in_a_task()
             turn.set()
 
         ticking = asyncio.create_task(ticker())
