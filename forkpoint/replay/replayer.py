@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 import os
 import re
 import sys
@@ -640,6 +641,42 @@ def _same_json(a: Any, b: Any) -> bool:
         return False
 
 
+class _Latest:
+    """The latest of a measure (when a call was served, or when it ended when recorded) of each
+    caller's calls, and the two callers of the latest (:meth:`Replayer._raced`: so that the latest
+    of every caller's but one is one look, not one for each call served before)."""
+
+    def __init__(self) -> None:
+        self.of: dict[Any, float] = {}
+        self.top: list[Any] = []
+
+    def add(self, caller: Any, value: float) -> None:
+        if value <= self.of.get(caller, -math.inf):
+            return
+        self.of[caller] = value
+        if all(c is not caller for c in self.top):
+            self.top.append(caller)
+        self.top.sort(key=self.of.__getitem__, reverse=True)
+        del self.top[2:]
+
+    def but(self, caller: Any) -> float | None:
+        """The latest of every caller's calls but ``caller``'s, None when no other has any."""
+        return next((self.of[c] for c in self.top if c is not caller), None)
+
+
+class _ServedTo:
+    """Who the calls of one group of identical calls served here were served to (:meth:`Replayer._raced`)."""
+
+    def __init__(self) -> None:
+        #: The recorded processes of the calls.
+        self.pids: set[Any] = set()
+        #: When each thread's calls were served (the count of threads and tasks started then), and
+        #: when they ended when recorded (``finished``).
+        self.threads = (_Latest(), _Latest())
+        #: The same for each asyncio task of a thread (what it ran outside any task is not here).
+        self.tasks: dict[threading.Thread, tuple[_Latest, _Latest]] = {}
+
+
 class Replayer:
     """The replay runtime: serves recorded model and tool calls of one :class:`~forkpoint.log.Session`.
 
@@ -847,11 +884,8 @@ class Replayer:
         #: Served streams holding chunks stored empty, which no HTTP library hands a program: each
         #: as its seq and how many (a chunk a scrubbed secret filled: :func:`_pieces_lost`).
         self.pieces_lost: list[dict[str, int]] = []
-        #: Group → (thread, asyncio task or None) → the calls of the group served to that caller
-        #: here, each as its seq and how many threads and tasks had been started then
-        #: (:meth:`_raced`: by caller, so that a program reading the clock thousands of times in one
-        #: task does not make each read look at every one before it).
-        self._callers: dict[int, dict[tuple[threading.Thread, Any], list[tuple[int, int]]]] = {}
+        #: Group → who the calls of the group served here were served to (:meth:`_raced`).
+        self._served_to: dict[int, _ServedTo] = {}
         self.used: list[int] = []
         #: Tool calls taken whose result or exception could not be handed back (not recorded, or not
         #: rebuilt here): the program got nothing of them (:meth:`diverged`), so they are not served.
@@ -1759,30 +1793,36 @@ class Replayer:
         started after the other call had ended, both when recorded and now (:meth:`_started_after`)."""
         me = threading.current_thread()
         task = runtime.running_task()
-        born = runtime.caller_born(self)
-        callers = self._callers.setdefault(group, {})
-        raced = any(
-            not self._started_after(born, seq, before, started)
-            for (thread, by), calls in callers.items()
-            if thread is not me or (task is not None and by is not None and by is not task)
-            for before, started in calls
+        served = self._served_to.setdefault(group, _ServedTo())
+        scopes = [(served.threads, me)]
+        if task is not None:
+            scopes.append((served.tasks.setdefault(me, (_Latest(), _Latest())), task))
+        others = [(started.but(c), ended.but(c)) for (started, ended), c in scopes]
+        now = self._events[seq]
+        raced = any(started is not None for started, _ in others) and not self._started_after(
+            runtime.caller_born(self), now, served, others
         )
-        callers.setdefault((me, task), []).append((seq, runtime.starts()))
+        finished = now.get("finished")
+        served.pids.add(now.get("pid"))
+        for (started, ended), c in scopes:
+            started.add(c, runtime.starts())
+            ended.add(c, finished if isinstance(finished, int) else math.inf)
         return raced
 
-    def _started_after(self, born: runtime.Born | None, seq: int, before: int, started: int) -> bool:
-        """Whether the thread or task asking now (started as ``born`` says) was started after
-        recorded call ``before`` was served to another here (when ``started`` threads and tasks had
-        been), and the one that made recorded call ``seq``, served to it, after ``before`` had ended
-        when recorded: each time, one made its call before the other was there to (a LangGraph
-        ``ToolNode`` runs each step's tools in a pool of its own; two agent runs in turn, each
-        ``asyncio.run`` or a task of its own), so which got which answer is told."""
-        if born is None or born.order < started:
+    def _started_after(
+        self, born: runtime.Born | None, now: Mapping[str, Any], served: _ServedTo, others: list[Any]
+    ) -> bool:
+        """Whether the thread or task asking now (started as ``born`` says) was started after the
+        calls of its group served to others here were (the latest when ``started`` threads and tasks
+        had been, of ``others``), and the one that made recorded call ``now``, served to it, after
+        theirs had ended when recorded (the latest ``finished``): each time, one made its call
+        before the other was there to (a LangGraph ``ToolNode`` runs each step's tools in a pool of
+        its own; two agent runs in turn, each ``asyncio.run`` or a task of its own), so which got
+        which answer is told. Recorded processes' counters tell nothing of each other's."""
+        made = now.get("born")
+        if born is None or not isinstance(made, int) or not served.pids <= {now.get("pid")}:
             return False
-        now, then = self._events[seq], self._events[before]
-        made, ended = now.get("born"), then.get("finished")
-        same_process = now.get("pid") == then.get("pid")
-        return same_process and isinstance(made, int) and isinstance(ended, int) and ended <= made
+        return all(started is None or (born.order >= started and ended <= made) for started, ended in others)
 
     def _serve(self, event: Served, *, by_id: bool = False) -> Served:
         """``event`` served (``by_id``: chosen by its ``call_id``, so it went to the call it answered
