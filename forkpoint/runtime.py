@@ -360,8 +360,9 @@ call_ended: list[Callable[[bool], None]] = []
 def watch_tasks(aio: Any) -> None:
     """Note how each task an asyncio event loop makes came to be made (:data:`_made`), while a
     runtime is active or to be made, and when the main thread's own flow made it, or the task of
-    that flow it was made under (:class:`Born`), while one is active (idempotent). A loop that makes its tasks otherwise
-    (uvloop) names no caller, and its tasks are taken to have been there all along."""
+    that flow it was made under (:class:`Born`), while one is active (idempotent). A loop that
+    makes its tasks otherwise (uvloop) names no caller, and its tasks are taken to have been there
+    all along."""
     base = getattr(getattr(aio, "base_events", None), "BaseEventLoop", None)
     real = getattr(base, "create_task", None)
     if base is None or real is None or getattr(real, "__forkpoint_watch__", False):
