@@ -669,7 +669,7 @@ class _ServedTo:
 
     def __init__(self) -> None:
         #: The recorded processes of the calls.
-        self.pids: set[Any] = set()
+        self.pids: set[int | None] = set()
         #: When each thread's calls were served (the count of threads and tasks started then), and
         #: when they ended when recorded (``finished``).
         self.threads = (_Latest(), _Latest())
@@ -1803,7 +1803,7 @@ class Replayer:
             runtime.caller_born(self), now, served, others
         )
         finished = now.get("finished")
-        served.pids.add(now.get("pid"))
+        served.pids.add(_pid(now))
         for (started, ended), c in scopes:
             started.add(c, runtime.starts())
             ended.add(c, finished if isinstance(finished, int) else math.inf)
@@ -1820,7 +1820,7 @@ class Replayer:
         its own; two agent runs in turn, each ``asyncio.run`` or a task of its own), so which got
         which answer is told. Recorded processes' counters tell nothing of each other's."""
         made = now.get("born")
-        if born is None or not isinstance(made, int) or not served.pids <= {now.get("pid")}:
+        if born is None or not isinstance(made, int) or not served.pids <= {_pid(now)}:
             return False
         return all(started is None or (born.order >= started and ended <= made) for started, ended in others)
 
