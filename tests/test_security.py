@@ -352,6 +352,7 @@ def _in_context(name: str) -> str:
     """The secret ``name`` of :data:`UNANCHORED` where its shape says it is one (the query token as
     a URL's ``access_token``), alone: no other secret's shape in the text finds it."""
     secret = UNANCHORED[name][1]
+    # (a URL as text in a body, a result, a stream: scrubbed, never requested)
     return f"https://hooks.example/cb?access_token={secret}" if name == "query_token" else secret
 
 

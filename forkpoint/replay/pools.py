@@ -199,6 +199,8 @@ def released() -> None:
     until then, the future holds that place (:data:`_RELEASED`): a wait that hands back one of a
     later place first is said (:func:`_overtaken`)."""
     _thread.released = at = next(_finishing)
+    if threading.current_thread() is threading.main_thread():  # (no pool's work runs there)
+        return
     # (the frame of ``concurrent.futures.thread``'s ``_WorkItem.run`` holds the future it finishes)
     pool = sys.modules.get("concurrent.futures.thread")
     code = getattr(getattr(getattr(pool, "_WorkItem", None), "run", None), "__code__", None)
@@ -528,11 +530,11 @@ def _not_held(
     """Note that an ``as_completed`` or ``wait`` (``how``) made ``at`` took a process pool's
     finished futures, whose order and number a replay does not hold; or, of the futures asyncio made
     of a thread pool's (:data:`_made_of`), ``finished`` one and ``waited`` for more than one, whose
-    order a replay does not hold; or, of a thread pool's own, ``finished`` one whose work went on
-    after its call (:data:`_WORKED_ON`) and ``waited`` for more than one: its order is not held
-    either, which a replay knows from the recording's note made at the same place
-    (``pools_noted``). Told to the replay, or kept for the recording's end (:func:`end_recording`).
-    True when it noted any."""
+    order a replay does not hold; or, of a thread pool's own, ``waited`` for more than one, one
+    ``finished`` after a future whose call ended later (:data:`_INVERTED`: the recording's note made
+    at the same place tells a replay, ``pools_noted``), or handed back by a replay before one whose
+    call it released earlier (:func:`_overtaken`): their order is not held either. Told to the
+    replay, or kept for the recording's end (:func:`end_recording`). True when it noted any."""
     finished, waited = list(finished), list(waited)
     processes = any(_of_processes(f) for f in finished)
     if processes:

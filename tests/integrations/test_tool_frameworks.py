@@ -1412,6 +1412,7 @@ def test_a_pipe_in_the_folder_of_strands_stored_state_does_not_hang_the_recorded
     opens at once (it reads only its own files there)."""
     import threading
 
+    # (the test extra installs it: skipped, saying so, only in an install without it)
     pytest.importorskip("strands")
     from strands.session.file_session_manager import FileSessionManager
 
@@ -1438,6 +1439,7 @@ def test_a_file_named_in_no_utf8_in_the_folder_of_strands_stored_state_is_no_err
     session in: the digest of its name raised UnicodeEncodeError, a ValueError, which the wrapper
     took for strands refusing the session id: the state went unnoted, and a replay that diverged
     where it differed could not name it."""
+    # (the test extra installs it: skipped, saying so, only in an install without it)
     pytest.importorskip("strands")
     from forkpoint.log import Session
 
@@ -1460,6 +1462,7 @@ def test_a_store_the_program_opens_again_after_writing_to_it_is_not_said_to_diff
     started from the state the recording did, but the divergence of a later call said the stored
     state was different from when recorded, comparing what this replay's own run wrote (its times,
     its ids) with what the recorded run's wrote, and said it once for every time it was opened."""
+    # (the test extra installs it: skipped, saying so, only in an install without it)
     pytest.importorskip("agno")
     state = tmp_path / "state"
     with LocalServer(chat_script=[ADD, "5", ADD, "5", ADD, "5"]) as server:
