@@ -361,6 +361,10 @@ class Exchange:
             if self.phase is not None:
                 event["error"]["phase"] = self.phase
         self.rt.model_call_done(event)
+        # An adapter's decoders may hold the library's response, which holds this call through its
+        # stream: a cycle only the garbage collector frees, the body with it, where the program's
+        # response went as soon as it let it go. Written, the call needs them no more.
+        self.decoders = _written
 
     def _response_record(self, ended: str, *, as_received: bool = False) -> HttpResponse:
         """The stored response. ``as_received``: a body the library left under its codings is kept so,
@@ -542,6 +546,10 @@ def _withheld(event: ModelCallEvent) -> str | None:
     request = event["request"]
     unmatched = None if "withheld_digest" in request else request.get("withheld")
     return unmatched or response.get("withheld")
+
+
+def _written(coding: str) -> Any:
+    raise AssertionError("a call's body is decoded before its event is written, never after")
 
 
 def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) -> Exchange:
