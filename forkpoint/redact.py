@@ -302,6 +302,10 @@ _UNQUOTED_NAME = (
     r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
     r"|CREDENTIALS?|_PASS|_PWD|SSHPASS|REDISCLI_AUTH)(?![A-Za-z0-9])"
 )
+#: A URL's password in its user info, to the first "@" (which a password's own "@" is read on
+#: from): "/", "?" and "#" too, which a password holds unencoded (app:p#ss//w@host); not a port
+#: and the path after it (host:8080/users/ada@example.com).
+_URL_PASSWORD = r"(?![0-9]*[/?#])[^\s@\"'<>\\]+"
 #: Names of a credential in lower case or camelCase (YAML's and INI's: see the table's shape).
 _LOWER_NAME = (
     r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))(?i:api[_\-]?key|(?:client|access|auth|refresh|session"
@@ -332,6 +336,16 @@ _OTHER_AUTHORIZATION = (
     r"(?:[A-Za-z][A-Za-z0-9\-]*[ \t]+)?(?P<s>(?=[^\s\"',;]*[0-9])[^\s\"',;]{8,})"
 )
 
+#: Two shapes of the table below (:data:`_DEAD_ENDS` names them): a URL's user info, a token
+#: (alone or with a password) and a user's password; the password to the last "@" before the host
+#: (a password's own "@", p@ss, is seldom percent-encoded).
+_URL_CREDENTIAL = (
+    r"(?<=http|ttps)://(?P<s>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{16,}"
+    r"(?::" + _URL_PASSWORD + r")?)@"
+)
+_URL_USERINFO_PASSWORD = (
+    r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>" + _URL_PASSWORD + r"(?:@[^\s/?#@\"'<>\\]+)*)@"
+)
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
 #: its anchors (lower-case literals, found case-insensitively), which is what makes scanning long
 #: text fast: the patterns only run where an anchor occurs. A pattern without anchors is searched
@@ -425,18 +439,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # leaving the token): random-looking, 16 characters or more with a letter and a digit; not a
     # user's name, nor an SSH URL's user (ssh://git@…, ssh://<a job's id>@…: SSH authenticates with
     # a key).
-    (
-        "url-credential",
-        ("://",),
-        r"(?<=http|ttps)://(?P<s>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{16,}"
-        r"(?::[^\s/?#@\"'<>\\]+)?)@",
-    ),
-    (
-        "url-password",
-        ("://",),
-        # (to the last "@" before the host: a password's own "@", p@ss, is seldom percent-encoded)
-        r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>[^\s/?#@\"'<>\\]+(?:@[^\s/?#@\"'<>\\]+)*)@",
-    ),
+    ("url-credential", ("://",), _URL_CREDENTIAL),
+    ("url-password", ("://",), _URL_USERINFO_PASSWORD),
     # A password on a client's command line (a shell tool's command: _CLIENTS), the option within
     # 500 characters of the command's name (a minified line with "curl" at every turn stays linear).
     # Only the first such option after the name (its value checked: _valid_command_password), and
@@ -600,6 +604,8 @@ _NOT_AN_END = compiled_later(r"[({\[<>]")
 #: which may, nor ``:``, after which it is read otherwise).
 _NOT_LOWER = compiled_later(r"[^A-Za-z0-9_\-+/=]", re.ASCII)
 _NOT_A_LOWER_END = compiled_later(r"[^\s\"'#;&,)\]}\\.:]", re.ASCII)
+#: What a URL's user info holds none of before its "@", and the "@".
+_NOT_USERINFO = compiled_later(r"[\s@\"'<>\\]", re.ASCII)
 _AUTHORIZATION_COLON = compiled_later(r"(?i:authorization):(?=[^\s\"',;])", re.ASCII)
 _DIGIT_OR_NOT_VALUE = compiled_later(r"[0-9\s\"',;]", re.ASCII)
 _SCHEME = compiled_later(r"[A-Za-z][A-Za-z0-9\-]*")
@@ -618,6 +624,13 @@ def _lower_fails(text: str, at: int, reach: _Reach) -> bool:
     return _NOT_A_LOWER_END.match(text, _first(_NOT_LOWER, text, at, reach)) is not None
 
 
+def _userinfo_fails(text: str, at: int, reach: _Reach) -> bool:
+    # The user info's user and password run from "://" to an "@" without one of _NOT_USERINFO
+    # before it: the first of them after the occurrence is that "@", or the shape fails there.
+    end = _first(_NOT_USERINFO, text, at, reach)
+    return text[end : end + 1] != "@"
+
+
 def _authorization_fails(text: str, at: int, reach: _Reach) -> bool:
     # With neither a space nor a quote about its ":", its value or its scheme starts right after:
     # a value holds a digit before its end (a space, a quote, a comma, a semicolon), a scheme is
@@ -633,14 +646,16 @@ def _authorization_fails(text: str, at: int, reach: _Reach) -> bool:
 
 
 #: Shapes whose match at an occurrence of its anchor is known to fail without running it, where
-#: it would read to the end of a long value first: a run of the anchor glued (password=password=…(,
-#: Authorization:Authorization:…) is one value to its end, read and failed at each occurrence,
-#: quadratic in its length; now its end is found once (:func:`_first`). Each tells only where
+#: it would read to the end of a long value first: a run of the anchor glued (password=password=…,
+#: Authorization:Authorization:…, x://a:b/x://a:b/…) is one value to its end, read and failed at
+#: each occurrence, quadratic in its length; now its end is found once (:func:`_first`). Each tells only where
 #: matching would fail.
 _DEAD_ENDS: dict[str, Callable[[str, int, _Reach], bool]] = {
     _UNQUOTED_ASSIGNMENT: _unquoted_fails,
     _LOWER_ASSIGNMENT: _lower_fails,
     _OTHER_AUTHORIZATION: _authorization_fails,
+    _URL_CREDENTIAL: _userinfo_fails,
+    _URL_USERINFO_PASSWORD: _userinfo_fails,
 }
 
 #: The built-in shapes searched for over the whole text that a text holding none of their literals

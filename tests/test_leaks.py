@@ -1,0 +1,86 @@
+"""Secrets in shapes the scrubber once missed, each recorded as a tool's argument and result (and,
+for a command, as its argv list) and found in no file of the session; and text that looks like
+such a shape and holds no secret, kept as it is."""
+
+from __future__ import annotations
+
+import random
+import shlex
+import string
+from pathlib import Path
+
+import pytest
+
+import forkpoint
+from forkpoint.redact import scrub_argv, scrub_text
+from tests.test_security import leaks
+
+_rng = random.Random(179)
+_ALNUM = string.ascii_letters + string.digits
+
+
+def _r(n: int) -> str:
+    return "".join(_rng.choice(_ALNUM) for _ in range(n)) + "7"
+
+
+#: name -> (secret, the text that carries it, "{s}" where it goes)
+LEAKS: dict[str, tuple[str, str]] = {
+    "mysql": (_r(15), "mysql -h 127.0.0.1 -u root -p{s} app"),
+    "curl_user": (_r(15), "curl -u deploy:{s} https://127.0.0.1/v1"),
+    "sshpass": (_r(15), "sshpass -p {s} ssh deploy@127.0.0.1 uptime"),
+    "url_hash": (_r(7) + "#" + _r(7), "postgres://app:{s}@127.0.0.1:5432/prod"),
+    "url_slashes": (_r(7) + "//" + _r(7), "https://app:{s}@127.0.0.1/x"),
+}
+SECRETS = {name: secret for name, (secret, _) in LEAKS.items()}
+#: Each line of each secret (a multi-line value kept its second line in the clear).
+LINES = {f"{name} line {i}": line for name, s in SECRETS.items() for i, line in enumerate(s.split("\n"))}
+TEXTS = {
+    name: ctx.replace("{{", "{").replace("}}", "}").replace("{s}", secret)
+    for name, (secret, ctx) in LEAKS.items()
+}
+#: Commands whose argv list (a tool's) is read for the password too.
+COMMANDS = ["mysql", "curl_user", "sshpass"]
+
+#: Text that looks like the shapes above and holds no secret: a port and a path before an e-mail
+#: address.
+KEPT = [
+    "http://127.0.0.1:8080/users/ada@example.com",
+]
+
+
+@pytest.mark.parametrize("name", list(LEAKS))
+def test_a_secret_of_each_shape_is_scrubbed_from_text(name: str) -> None:
+    out = scrub_text(TEXTS[name])
+    assert not any(line in out for line in SECRETS[name].split("\n")), out
+    assert "[REDACTED:" in out and scrub_text(out) == out
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_secret_on_a_command_line_is_scrubbed_from_its_argv(name: str) -> None:
+    out = scrub_argv(shlex.split(TEXTS[name]))
+    assert not any(SECRETS[name] in item for item in out), out
+
+
+@forkpoint.tool
+def echo(text: str) -> str:
+    return text
+
+
+@forkpoint.tool
+def run(argv: list[str]) -> list[str]:
+    return argv
+
+
+def test_no_secret_of_these_shapes_reaches_the_session(tmp_path: Path) -> None:
+    with forkpoint.record(store=tmp_path) as rec:
+        for name, text in TEXTS.items():
+            assert echo(text) == text  # (recording never changes what the program gets)
+            if name in COMMANDS:
+                assert run(shlex.split(text)) == shlex.split(text)
+    assert rec.session_path.is_dir()
+    assert leaks(tmp_path, LINES) == []
+
+
+@pytest.mark.parametrize("text", KEPT)
+def test_text_like_a_secret_is_kept(text: str) -> None:
+    assert scrub_text(text) == text
