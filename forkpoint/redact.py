@@ -161,6 +161,16 @@ _CLIENTS: tuple[_Client, ...] = (
         r"(?:[ \t]+-[A-Za-oq-z]\S*)*[ \t]+-p[ \t]*",
     ),
     _Client(("redis-cli",), (), frozenset({"-a"}), frozenset(), False, False, r"(?:-a|--pass)[ \t]*"),
+    # (a repository's secret's value: gh secret set NAME --body VALUE)
+    _Client(
+        ("gh",),
+        ("secret", "set"),
+        frozenset({"-b", "--body"}),
+        frozenset({"-b"}),
+        False,
+        False,
+        r"(?:--body(?:=|[ \t]+)|-b[ \t]*)",
+    ),
 )
 _COMMAND_WORDS = max(1 + len(c.words) for c in _CLIENTS)
 
@@ -336,6 +346,9 @@ _OTHER_AUTHORIZATION = (
     r"(?:[A-Za-z][A-Za-z0-9\-]*[ \t]+)?(?P<s>(?=[^\s\"',;]*[0-9])[^\s\"',;]{8,})"
 )
 
+#: An option of htpasswd's (-C and -r take a number), and an operand, quoted or not.
+_HTPASSWD_OPTIONS = r"(?:[ \t]+-(?:[A-Za-z0-9]*[Cr][ \t]+[0-9]+|[A-Za-z0-9]+))"
+_SHELL_WORD = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']+)"
 #: Two shapes of the table below (:data:`_DEAD_ENDS` names them): a URL's user info, a token
 #: (alone or with a password) and a user's password; the password to the last "@" before the host
 #: (a password's own "@", p@ss, is seldom percent-encoded).
@@ -447,6 +460,30 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # not a placeholder's (curl -u sk_test_…: is [REDACTED:stripe-key:…]: once scrubbed): what a
     # second scrub finds, the first found.
     *(("command-password", (c.names[0],), _command_password_text(c)) for c in _CLIENTS),
+    # htpasswd -b's password, its last operand (after the file's and the user's names, or the
+    # user's alone with -n, which writes no file), and an openssl command's -pass, -passin,
+    # -passout pass:PASSWORD.
+    (
+        "command-password",
+        ("htpasswd",),
+        r"(?<![A-Za-z0-9_\-])htpasswd(?P<n>(?="
+        + _HTPASSWD_OPTIONS
+        + r"*?[ \t]+-[A-Za-z0-9]*n))?"
+        + _HTPASSWD_OPTIONS
+        + r"*?[ \t]+-[A-Za-z0-9]*b[A-Za-z0-9]*"
+        + _HTPASSWD_OPTIONS
+        + r"*(?(n)|[ \t]+"
+        + _SHELL_WORD
+        + r")[ \t]+"
+        + _SHELL_WORD
+        + r"[ \t]+(?P<q>[\"'])?"
+        + _COMMAND_PASSWORD,
+    ),
+    (
+        "command-password",
+        ("pass",),
+        r"(?<=-)(?<![A-Za-z0-9_\-]-)pass(?:in|out|word)?[ \t]+(?P<q>[\"'])?pass:" + _COMMAND_PASSWORD,
+    ),
     (
         "secret-field",
         ("pass", "secret", "api", "access", "private", "credential", "auth", "token"),
@@ -543,11 +580,12 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("api", "client", "access", "auth", "refresh", "session", "bearer", "secret", "private", "token"),
         _LOWER_ASSIGNMENT,
     ),
-    # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted).
+    # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted), and
+    # aws configure set's NAME VALUE.
     (
         "aws-secret",
         ("aws_",),
-        r"(?:aws_secret_access_key|aws_session_token|aws_security_token)[\"']?\s*[=:][ \t]*[\"']?"
+        r"(?:aws_secret_access_key|aws_session_token|aws_security_token)(?:[\"']?\s*[=:][ \t]*[\"']?|[ \t]+)"
         r"(?P<s>[A-Za-z0-9/+=]{16,})",
     ),
     # Azure connection strings: AccountKey=… (storage), SharedAccessKey=… (Service Bus, Event Hubs).

@@ -25,6 +25,14 @@ def _r(n: int) -> str:
 
 #: name -> (secret, the text that carries it, "{s}" where it goes)
 LEAKS: dict[str, tuple[str, str]] = {
+    "aws_configure": (_r(39), "aws configure set aws_secret_access_key {s}"),
+    "gh_secret_body": (_r(19), "gh secret set DEPLOY_KEY --body {s}"),
+    "gh_secret_b": (_r(19), "gh secret set DEPLOY_KEY --repo org/app -b '{s}'"),
+    "htpasswd": (_r(15), "htpasswd -b /etc/nginx/.htpasswd admin {s}"),
+    "htpasswd_flags": (_r(15), "htpasswd -c -B -C 12 -b /etc/nginx/.htpasswd admin '{s}' && nginx -s reload"),
+    "htpasswd_print": (_r(15), "htpasswd -nbB admin {s} | tee -a users"),
+    "openssl_pass": (_r(15), "openssl enc -aes-256-cbc -in a -out b -pass pass:{s}"),
+    "openssl_passout": (_r(15), "openssl pkcs12 -export -in c.pem -passout 'pass:{s}' -out c.p12"),
     "mysql": (_r(15), "mysql -h 127.0.0.1 -u root -p{s} app"),
     "curl_user": (_r(15), "curl -u deploy:{s} https://127.0.0.1/v1"),
     "sshpass": (_r(15), "sshpass -p {s} ssh deploy@127.0.0.1 uptime"),
@@ -39,7 +47,7 @@ TEXTS = {
     for name, (secret, ctx) in LEAKS.items()
 }
 #: Commands whose argv list (a tool's) is read for the password too.
-COMMANDS = ["mysql", "curl_user", "sshpass"]
+COMMANDS = ["gh_secret_body", "gh_secret_b", "mysql", "curl_user", "sshpass"]
 
 #: Text that looks like the shapes above and holds no secret: a port and a path before an e-mail
 #: address.
