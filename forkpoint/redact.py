@@ -266,12 +266,19 @@ SECRET_KEY_SUFFIXES: tuple[str, ...] = (
     "credentials",
     "authorization",
     "bearer",
+    "secret_key",
+    "secretkey",
+    "_pass",
+    "_pwd",
 )
+#: JSON object keys that are credentials' whole (a suffix of many a key that is none: bypass).
+SECRET_KEYS = frozenset({"pass", "pwd"})
 
 #: Before a name's ``token``: not one of :data:`NOT_SECRET_TOKENS` (case-insensitive inside ``(?i:…)``).
 _NOT_SECRET_TOKEN_BEFORE = "".join(f"(?<!{w.removesuffix('token')})" for w in NOT_SECRET_TOKENS)
 _FIELD_WORDS = (
-    r"(?i:password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
+    r"(?i:password|passwd|passphrase|secret(?:[_\-]?key)?|(?<![A-Za-z0-9])(?:pass|(?P<d>pwd))"
+    r"|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
     r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])" + _NOT_SECRET_TOKEN_BEFORE + r"token)"
 )
 #: An escaped line break or tab (see :meth:`Scrubber.find`), and what it stands for.
@@ -305,12 +312,17 @@ def _command_password_text(client: _Client) -> str:
 _NEXT_LINE_VALUE = (
     r"[ \t\r]*\n(?=[ \t])(?![ \t]*(?:-[ \t]|#|[^\s:\"']*:(?:\s|$)|[A-Za-z_][A-Za-z0-9_]*=(?!=)))"
 )
+#: A directory's path, the value of a name that ends in PWD (the shell's OLDPWD, a build's
+#: SRC_PWD): the working directory, not a password.
+_DIRECTORY = r"[\"']?[/~]"
 #: Names of a credential assigned an unquoted value: in any case a password, else in capitals
 #: (``DB_PASSWORD``, ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``; ``DB_PASS``, ``MYSQL_PWD``, and the
 #: clients' own SSHPASS and REDISCLI_AUTH).
 _UNQUOTED_NAME = (
     r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
-    r"|CREDENTIALS?|_PASS|_PWD|SSHPASS|REDISCLI_AUTH)(?![A-Za-z0-9])"
+    r"|CREDENTIALS?|_PASS|_PWD(?![A-Za-z0-9]|\s*[=:][ \t]*"
+    + _DIRECTORY
+    + r")|SSHPASS|REDISCLI_AUTH)(?![A-Za-z0-9])"
 )
 #: A URL's password in its user info, to the first "@" (which a password's own "@" is read on
 #: from): "/", "?" and "#" too, which a password holds unencoded (app:p#ss//w@host); not a port
@@ -334,12 +346,19 @@ _UNQUOTED_ASSIGNMENT = (
     r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil|Final)(?:[\s\"'#;&\[]|$))"
     r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END
 )
+#: A name that ends in a credential's word (DB_PASSWORD, api-token; not MAX_TOKENS, SECRET_NAME).
+_CREDENTIAL_NAME = (
+    r"[A-Za-z0-9_.\-]*?(?<![A-Za-z0-9])(?i:password|passwd|passphrase|secret|token|api_?key|access_?key"
+    r"|private_?key|credentials?)"
+)
+#: A value that looks random: 16 characters or more with a letter and a digit among its first 65.
+_RANDOM_VALUE = r"(?=[A-Za-z_\-+/=]{0,64}[0-9])(?=[0-9_\-+/=]{0,64}[A-Za-z])[A-Za-z0-9_\-+/=]{16,}"
 _LOWER_ASSIGNMENT = (
     _LOWER_NAME + r"[ \t]*"
     r"(?:=|:(?=[ \t]*[A-Za-z0-9_\-+/=]+\.?[ \t]*(?:#[^\r\n\\]*)?(?:\\[nr]|[\r\n]|$)))[ \t]*"
     r"(?![a-z0-9]*_[a-z0-9_]*(?![A-Za-z0-9\-+/=]))(?![A-Z0-9]*_[A-Z0-9_]*(?![A-Za-z0-9\-+/=]))"
     r"(?!(?:[A-Z][a-z]*[0-9]*)*[A-Z][a-z]{2,}(?![A-Za-z0-9_\-+/=]))"
-    r"(?P<s>(?=[A-Za-z_\-+/=]{0,64}[0-9])(?=[0-9_\-+/=]{0,64}[A-Za-z])[A-Za-z0-9_\-+/=]{16,})\.?" + _VALUE_END
+    r"(?P<s>" + _RANDOM_VALUE + r")\.?" + _VALUE_END
 )
 _OTHER_AUTHORIZATION = (
     r"(?i:authorization)[\"']?[ \t]*:[ \t]*[\"']?(?!(?i:bearer|basic|aws4-hmac-sha256)\s)"
@@ -486,10 +505,19 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     (
         "secret-field",
-        ("pass", "secret", "api", "access", "private", "credential", "auth", "token"),
-        # (unescaped, the value to its closing quote, escapes and all: "pa\"ss", "pa\\ss")
-        _FIELD_WORDS + r"(?P<e>\\)?[\"']\s*:\s*\\?(?P<fq>[\"'])"
+        ("pass", "secret", "api", "access", "private", "credential", "auth", "token", "pwd"),
+        # (unescaped, the value to its closing quote, escapes and all: "pa\"ss", "pa\\ss"; a pwd's
+        # not a directory's path: the shell's PWD, in an environment's dump)
+        _FIELD_WORDS + r"(?P<e>\\)?[\"']\s*:\s*\\?(?P<fq>[\"'])(?(d)(?!" + _DIRECTORY + r"))"
         r"(?P<s>(?(e)[^\"'\\\r\n]+|(?:(?!(?P=fq))[^\\\r\n]|\\[^\r\n])+))\\?(?P=fq)",
+    ),
+    # XML: an element named for a password or a secret (Maven's <password>, <db_password>,
+    # <secretKey>), its text to its closing tag; not a property a build fills in (${env.PW}).
+    (
+        "secret-field",
+        ("pass", "secret"),
+        r"(?<=[<_\-.:])(?P<n>(?i:password|passwd|passphrase|secret(?:[_\-]?key)?))>[ \t\r\n]*"
+        r"(?P<s>[^<>\s$](?:[^<>]*[^<>\s])?)\s*</[A-Za-z0-9_.:\-]*(?P=n)>",
     ),
     # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
     # self.auth_token = '…', apiKey: "…", Python's api_key = """…"""). Not any "…token" (a
@@ -506,6 +534,26 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"[ \t]*[=:](?:[ \t]*(?P<t>(?:\\?\"){3}|''')|(?:[ \t]*\\{0,2}[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
         r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)(?(t)(?P=t)|\\?(?P=q))",
     ),
+    # Code: a token's name (token = "…", query_token = '…', refreshToken: "…"; not one of
+    # NOT_SECRET_TOKENS) assigned a quoted literal that looks random, as an unquoted value must
+    # (stop_token = "<|im_end|>" is none).
+    (
+        "secret-assignment",
+        ("token",),
+        r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
+        + _NOT_SECRET_TOKEN_BEFORE
+        + r"(?i:token)(?![A-Za-z0-9_])"
+        r"[ \t]*[=:][ \t]*\\?(?P<q>[\"'])(?P<s>" + _RANDOM_VALUE + r")\\?(?P=q)",
+    ),
+    # Terraform: a variable named for a credential (variable "db_password" { … }), its default.
+    (
+        "secret-assignment",
+        ("variable",),
+        r"(?<![A-Za-z0-9_])variable[ \t]+\""
+        + _CREDENTIAL_NAME
+        + r"\"[ \t]*\{[^{}]*?\n[ \t]*default[ \t]*=[ \t]*"
+        r"\"(?P<s>[^\"\r\n]+)\"",
+    ),
     # PHP's define() of a credential's constant (wp-config.php's DB_PASSWORD, AUTH_KEY, …_SALT):
     # the quoted literal whatever it holds but its quote (WordPress's salts hold # & | < > and spaces).
     (
@@ -520,8 +568,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "secret-assignment",
         ("name:",),
-        r"name:[ \t]*[\"']?[A-Za-z0-9_.\-]*?(?<![A-Za-z0-9])(?i:password|passwd|passphrase|secret|token|api_?key"
-        r"|access_?key|private_?key|credentials?)[\"']?[ \t]*\r?\n[ \t]+value:[ \t]*(?P<vq>\\?[\"'])?"
+        r"name:[ \t]*[\"']?" + _CREDENTIAL_NAME + r"[\"']?[ \t]*\r?\n[ \t]+value:[ \t]*(?P<vq>\\?[\"'])?"
         r"(?P<s>(?(vq)(?:[^\"'\\\r\n]|\\[^\"'\r\n])+|[^\s\"'#<>{}\[$\\][^\s\"'#]*))(?(vq)(?P=vq))",
     ),
     # An ODBC connection string's Pwd= (Password= is an assignment below), its value in braces or
@@ -544,6 +591,15 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         + ("refresh", "session", "bearer", "_pass", "_pwd", "sshpass", "rediscli_auth"),
         r"(?:" + _UNQUOTED_NAME + "|" + _LOWER_NAME + r")[ \t]*:[ \t]*[|>][1-9+\-]{0,2}(?:[ \t]+#[^\r\n]*)?"
         r"[ \t\r]*\n(?P<i>[ \t]+)(?![^\s:\"']*:(?:\s|$))(?P<s>\S(?:[^\r\n]*\S)?(?:[ \t\r]*\n(?P=i)[^\r\n]*\S)*)",
+    ),
+    # A quoted value over several lines (an .env file's PASSWORD="…" with a line break inside),
+    # to its closing quote: the first line alone was taken, the rest kept.
+    (
+        "secret-assignment",
+        ("pass", "secret", "token", "api", "access", "private", "_key", "credential", "client", "auth")
+        + ("refresh", "session", "bearer", "_pass", "_pwd", "sshpass", "rediscli_auth"),
+        r"(?:" + _UNQUOTED_NAME + "|" + _LOWER_NAME + r")[ \t]*[=:][ \t]*(?P<q>[\"'])"
+        r"(?P<s>[^\s\"'][^\"'\r\n]*\r?\n[^\"']*[^\s\"'])(?P=q)",
     ),
     (
         "secret-assignment",
@@ -1677,12 +1733,19 @@ class Scrubber:
         hit = self._key_cache.get(key)
         if hit is None:
             k = key.lower().replace("-", "_")
-            hit = k.endswith(SECRET_KEY_SUFFIXES) or (
-                k.endswith("token") and len(k) > 5 and not k.endswith(NOT_SECRET_TOKENS)
+            hit = (
+                k.endswith(SECRET_KEY_SUFFIXES)
+                or k in SECRET_KEYS
+                or (k.endswith("token") and len(k) > 5 and not k.endswith(NOT_SECRET_TOKENS))
             )
             if len(self._key_cache) < 10_000:
                 self._key_cache[key] = hit
         return hit
+
+    def _secret_value(self, key: str, value: str) -> bool:
+        """Whether ``value``, a string under ``key``, is a credential by its key's name: not a
+        directory's path under a pwd's (the shell's PWD, in an environment's dump)."""
+        return self._secret_key(key) and not (value.startswith(("/", "~")) and key.lower().endswith("pwd"))
 
     def _named_credential(self, value: dict[Any, Any]) -> bool:
         """Whether an object's ``"value"`` is a credential its ``"name"`` names (a credential-named
@@ -2034,7 +2097,7 @@ class Scrubber:
                     isinstance(v, str)
                     and isinstance(k, str)
                     and v
-                    and (self._secret_key(k) or (named and k == "value"))
+                    and (self._secret_value(k, v) or (named and k == "value"))
                 ):
                     out[key] = (
                         v if _is_placeholder(v) else placeholder(self._context_kind("secret-field", v), v)
@@ -2829,7 +2892,7 @@ def json_credentials(content: bytes, content_type: str) -> list[tuple[str, str]]
         for k, v in obj.items():
             if isinstance(v, dict):
                 objects.append(v)
-            elif isinstance(v, str) and scrubber._secret_key(k):
+            elif isinstance(v, str) and scrubber._secret_value(k, v):
                 found.append((k, v))
     return found
 

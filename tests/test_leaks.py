@@ -1,6 +1,6 @@
 """Secrets in shapes the scrubber once missed, each recorded as a tool's argument and result (and,
-for a command, as its argv list) and found in no file of the session; and text that looks like
-such a shape and holds no secret, kept as it is."""
+for a command, as its argv list) and found in no file of the session; and values of names that
+sound like credentials but are not (a directory named PWD), kept as they are."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import forkpoint
-from forkpoint.redact import scrub_argv, scrub_text
+from forkpoint.redact import scrub_argv, scrub_json, scrub_text
 from tests.test_security import leaks
 
 _rng = random.Random(179)
@@ -25,6 +25,9 @@ def _r(n: int) -> str:
 
 #: name -> (secret, the text that carries it, "{s}" where it goes)
 LEAKS: dict[str, tuple[str, str]] = {
+    "query_token_code": (_r(31), "query_token = '{s}'"),
+    "bare_token_code": (_r(23), 'token = "{s}"'),
+    "token_yaml": (_r(23), "TOKEN: {s}\n"),
     "aws_configure": (_r(39), "aws configure set aws_secret_access_key {s}"),
     "gh_secret_body": (_r(19), "gh secret set DEPLOY_KEY --body {s}"),
     "gh_secret_b": (_r(19), "gh secret set DEPLOY_KEY --repo org/app -b '{s}'"),
@@ -38,6 +41,17 @@ LEAKS: dict[str, tuple[str, str]] = {
     "sshpass": (_r(15), "sshpass -p {s} ssh deploy@127.0.0.1 uptime"),
     "url_hash": (_r(7) + "#" + _r(7), "postgres://app:{s}@127.0.0.1:5432/prod"),
     "url_slashes": (_r(7) + "//" + _r(7), "https://app:{s}@127.0.0.1/x"),
+    "xml_password": (_r(15), "<server>\n  <username>ci</username>\n  <password>{s}</password>\n</server>"),
+    "xml_secret": (_r(15), "<client><secret>{s}</secret></client>"),
+    "json_pass": (_r(15), '{{"user": "ada", "pass": "{s}"}}'),
+    "json_pwd": (_r(15), '{{"uid": "sa", "pwd": "{s}"}}'),
+    "json_passwd": (_r(15), '{{"user": "ada", "passwd": "{s}"}}'),
+    "json_secret_key": (_r(15), '{{"access_key": "ada", "secret_key": "{s}"}}'),
+    "multiline_env": (_r(15) + "\n" + _r(15), 'PASSWORD="{s}"\nDEBUG=1\n'),
+    "terraform": (
+        _r(15),
+        'variable "db_password" {{\n  type      = string\n  sensitive = true\n  default   = "{s}"\n}}\n',
+    ),
 }
 SECRETS = {name: secret for name, (secret, _) in LEAKS.items()}
 #: Each line of each secret (a multi-line value kept its second line in the clear).
@@ -49,10 +63,19 @@ TEXTS = {
 #: Commands whose argv list (a tool's) is read for the password too.
 COMMANDS = ["gh_secret_body", "gh_secret_b", "mysql", "curl_user", "sshpass"]
 
-#: Text that looks like the shapes above and holds no secret: a port and a path before an e-mail
-#: address.
+#: Text that looks like the shapes above and holds no secret: a directory (the shell's PWD and
+#: OLDPWD, and names ending in _PWD holding a path), a port and a path before an e-mail address, a
+#: build's property, a tokenizer's stop token.
 KEPT = [
+    "OLD_PWD=/home/ada/project",
+    "OLDPWD=/home/ada/project",
+    "export PWD=/home/ada/project",
+    "BUILD_PWD=~/src/app",
+    '{"PWD": "/home/ada/project", "OLDPWD": "/tmp"}',
     "http://127.0.0.1:8080/users/ada@example.com",
+    "<password>${env.DEPLOY_PASSWORD}</password>",
+    'stop_token = "<|im_end|>"',
+    "token = 'abcdefghijklmnopqrstuvwxyz'",
 ]
 
 
@@ -92,3 +115,8 @@ def test_no_secret_of_these_shapes_reaches_the_session(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text", KEPT)
 def test_text_like_a_secret_is_kept(text: str) -> None:
     assert scrub_text(text) == text
+
+
+def test_a_directory_named_pwd_in_json_data_is_kept() -> None:
+    env = {"PWD": "/home/ada/project", "OLDPWD": "/tmp", "pwd": "~/src"}
+    assert scrub_json(env) == env
