@@ -593,13 +593,14 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"[ \t\r]*\n(?P<i>[ \t]+)(?![^\s:\"']*:(?:\s|$))(?P<s>\S(?:[^\r\n]*\S)?(?:[ \t\r]*\n(?P=i)[^\r\n]*\S)*)",
     ),
     # A quoted value over several lines (an .env file's PASSWORD="…" with a line break inside),
-    # to its closing quote: the first line alone was taken, the rest kept.
+    # to its closing quote, which ends its line: the first line alone was taken, the rest kept.
+    # (Not code from a quote in one literal to one in the next line's: "token:"+t then a="b".)
     (
         "secret-assignment",
         ("pass", "secret", "token", "api", "access", "private", "_key", "credential", "client", "auth")
         + ("refresh", "session", "bearer", "_pass", "_pwd", "sshpass", "rediscli_auth"),
         r"(?:" + _UNQUOTED_NAME + "|" + _LOWER_NAME + r")[ \t]*[=:][ \t]*(?P<q>[\"'])"
-        r"(?P<s>[^\s\"'][^\"'\r\n]*\r?\n[^\"']*[^\s\"'])(?P=q)",
+        r"(?P<s>[^\s\"'][^\"'\r\n]*\r?\n[^\"']*[^\s\"'])(?P=q)(?=[ \t]*(?:#[^\r\n]*)?(?:\r?\n|$))",
     ),
     (
         "secret-assignment",

@@ -65,7 +65,7 @@ COMMANDS = ["gh_secret_body", "gh_secret_b", "mysql", "curl_user", "sshpass"]
 
 #: Text that looks like the shapes above and holds no secret: a directory (the shell's PWD and
 #: OLDPWD, and names ending in _PWD holding a path), a port and a path before an e-mail address, a
-#: build's property, a tokenizer's stop token.
+#: build's property, a tokenizer's stop token, code between quotes of literals on two lines.
 KEPT = [
     "OLD_PWD=/home/ada/project",
     "OLDPWD=/home/ada/project",
@@ -76,6 +76,7 @@ KEPT = [
     "<password>${env.DEPLOY_PASSWORD}</password>",
     'stop_token = "<|im_end|>"',
     "token = 'abcdefghijklmnopqrstuvwxyz'",
+    'log("password: " + pw)\nx="y"\n',
 ]
 
 
