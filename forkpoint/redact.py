@@ -2417,10 +2417,15 @@ class Scrubber:
                 at += 1
             nxt = items[at] if at < len(items) and type(items[at]) is str else ""
             short = arg[:2]
+            name, eq, joined = arg.partition("=")
             if i < own and short in glued and len(arg) > 2 and arg[2] != "=" and i not in found:
                 value = self._command_password(arg[2:], user=user)
                 if value is not None:
                     found[i] = (short + value, short)
+            elif i < own and eq and joined and name in spaced and i not in found:  # (--body=VALUE)
+                value = self._command_password(joined, user=user)
+                if value is not None:
+                    found[i] = (name + eq + value, name)
             elif i < own and arg in spaced and nxt:
                 value = self._command_password(nxt, user=user)
                 if value is not None:

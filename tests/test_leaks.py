@@ -31,6 +31,7 @@ LEAKS: dict[str, tuple[str, str]] = {
     "aws_configure": (_r(39), "aws configure set aws_secret_access_key {s}"),
     "gh_secret_body": (_r(19), "gh secret set DEPLOY_KEY --body {s}"),
     "gh_secret_b": (_r(19), "gh secret set DEPLOY_KEY --repo org/app -b '{s}'"),
+    "gh_secret_joined": (_r(19), "gh secret set DEPLOY_KEY --body={s}"),
     "htpasswd": (_r(15), "htpasswd -b /etc/nginx/.htpasswd admin {s}"),
     "htpasswd_flags": (_r(15), "htpasswd -c -B -C 12 -b /etc/nginx/.htpasswd admin '{s}' && nginx -s reload"),
     "htpasswd_print": (_r(15), "htpasswd -nbB admin {s} | tee -a users"),
@@ -61,7 +62,7 @@ TEXTS = {
     for name, (secret, ctx) in LEAKS.items()
 }
 #: Commands whose argv list (a tool's) is read for the password too.
-COMMANDS = ["gh_secret_body", "gh_secret_b", "mysql", "curl_user", "sshpass"]
+COMMANDS = ["gh_secret_body", "gh_secret_b", "gh_secret_joined", "mysql", "curl_user", "sshpass"]
 
 #: Text that looks like the shapes above and holds no secret: a directory (the shell's PWD and
 #: OLDPWD, and names ending in _PWD holding a path), a port and a path before an e-mail address, a
