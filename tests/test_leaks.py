@@ -122,3 +122,15 @@ def test_text_like_a_secret_is_kept(text: str) -> None:
 def test_a_directory_named_pwd_in_json_data_is_kept() -> None:
     env = {"PWD": "/home/ada/project", "OLDPWD": "/tmp", "pwd": "~/src"}
     assert scrub_json(env) == env
+
+
+def test_credentials_under_pass_pwd_and_secret_key_in_json_data_are_scrubbed() -> None:
+    data = {
+        "db": {
+            "pass": SECRETS["json_pass"],
+            "pwd": SECRETS["json_pwd"],
+            "secret_key": SECRETS["json_secret_key"],
+        }
+    }
+    out = scrub_json(data)
+    assert all(v.startswith("[REDACTED:secret-field:") for v in out["db"].values()), out
