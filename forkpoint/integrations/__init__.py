@@ -99,6 +99,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.stainless": ("openai._base_client", "anthropic._base_client", "*._base_client"),
     "forkpoint.integrations.mcp": (
         "mcp.client.session",
+        "mcp.shared.jsonrpc_dispatcher",
         "mcp.client.stdio",
         "mcp.client.sse",
         "mcp.client.streamable_http",

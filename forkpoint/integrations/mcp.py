@@ -3,7 +3,9 @@
 
 **Requests.** Patched: ``mcp.client.session.ClientSession.send_request`` (and
 ``send_notification``, only to mark its HTTP as recorded here), which every request of the client
-goes through (mcp 2.x's ``Client`` included: it drives a ``ClientSession``) — ``initialize``,
+goes through but mcp 2.x's ``subscriptions/listen`` (see **Transports**; its dispatcher's
+``send_raw_request`` is patched to say so) (mcp 2.x's ``Client`` included: it drives a
+``ClientSession``) — ``initialize``,
 ``list_tools``, ``call_tool``, ``list_resources``, ``read_resource``, ``get_prompt``,
 ``complete``…, and those the SDK makes by itself (the
 ``list_tools`` with which ``call_tool`` validates structured content). Each is a ``tool_call``
@@ -47,7 +49,11 @@ HTTP requests of the SSE and streamable-HTTP transports are left to this integra
 a second time as plain HTTP calls, and their server's ``host:port`` not named as a connection
 forkpoint did not record). On replay they start no process and open no connection: the session
 gets in-memory streams that nothing answers, as every request is served from the recording.
-Nothing else comes from the server on replay; notifications the client sends are dropped. A
+Nothing else comes from the server on replay; notifications the client sends are dropped. A request
+it sends past ``send_request`` (mcp 2.x's ``subscriptions/listen``, which ``Client.listen`` sends
+through the session's dispatcher) is not recorded: said while recording, noted (``unrecorded_mcp``)
+and named in the verdict; a replay answers it with an error at once, as nothing would ever answer it
+(:func:`_refusal`). A
 replay whose tool calls are live from the start (``--tools live``, or after a divergence under
 ``--on-divergence live``) opens the real transport. One that may go live later (``--on-divergence
 live``, a fork's arm, pytest's mode ``record``) starts a stdio server too, but keeps it apart from the
@@ -66,6 +72,7 @@ MCP tools alone.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -117,6 +124,12 @@ _OPEN: dict[int, str] = {}
 _IN_FLIGHT = "_forkpoint_mcp_in_flight"
 #: On a ClientSession: the methods of server messages said to be unrecorded already.
 _SAID = "_forkpoint_mcp_said"
+#: On a session's dispatcher (mcp 2.x): the ClientSession it sends for.
+_SESSION = "_forkpoint_mcp_session"
+#: True while a request goes through the patched ``send_request`` or ``send_discover`` (recorded,
+#: or a ``ping``, answered on replay): one a session's dispatcher sends otherwise (mcp 2.x's
+#: ``subscriptions/listen``) is not recorded (:func:`patch_dispatcher`).
+_sent_here: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_mcp_sent_here", default=False)
 
 
 #: What a client adds to a request's ``_meta`` that differs in every run (see the module docstring).
@@ -334,16 +347,29 @@ def _received(session: Any, message: dict[str, Any]) -> None:
             message["shared"] = True
         in_flight[-1].received.append(message)
         return
+    _unrecorded(
+        session,
+        message["method"],
+        f"forkpoint: MCP server {getattr(session, _SERVER, None)!r} sent {message['method']} while "
+        "no request of the agent was in flight: not recorded, a replay does not hand it to the "
+        "agent's callbacks",
+    )
+
+
+def _unrecorded(session: Any, method: str, said_as: str, *, request: bool = False) -> None:
+    """While recording, say once per ``session`` and ``method`` that a message was not recorded
+    (``said_as``), and note it in the session (``unrecorded_mcp``: the replay's verdict names it);
+    ``request``: one the agent sent, not the server."""
     rt, said = runtime.active(), session.__dict__.setdefault(_SAID, set())
-    if rt is not None and rt.mode == "record" and message["method"] not in said:
-        said.add(message["method"])
-        unrecorded = {"server": getattr(session, _SERVER, None), "method": message["method"]}
-        cast(Any, rt).note("an MCP server message forkpoint did not record", unrecorded_mcp=unrecorded)
-        say(
-            f"forkpoint: MCP server {getattr(session, _SERVER, None)!r} sent {message['method']} while "
-            "no request of the agent was in flight: not recorded, a replay does not hand it to the "
-            "agent's callbacks"
-        )
+    if rt is None or rt.mode != "record" or method in said:
+        return
+    said.add(method)
+    unrecorded: dict[str, Any] = {"server": getattr(session, _SERVER, None), "method": method}
+    if request:
+        unrecorded["request"] = True
+    what = "an MCP request" if request else "an MCP server message"
+    cast(Any, rt).note(f"{what} forkpoint did not record", unrecorded_mcp=unrecorded)
+    say(said_as)
 
 
 def _progress_for(session: Any, message: dict[str, Any]) -> _Exchange | None:
@@ -393,7 +419,7 @@ def patch_session(module: ModuleType) -> None:
 
     @functools.wraps(original)
     async def send_request(self: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
-        with hidden:
+        with hidden, _marked(_sent_here):
             rt = runtime.active()
             if rt is None:
                 return await original(self, request, result_type, *args, **kwargs)
@@ -437,6 +463,9 @@ def patch_session(module: ModuleType) -> None:
                     setattr(self, mark, found)
             if (via := _OPEN.get(id(stream))) is not None:
                 setattr(self, _VIA, via)
+        if (dispatcher := getattr(self, "_dispatcher", None)) is not None:  # (2.x)
+            with contextlib.suppress(AttributeError):  # (a dispatcher that takes no attribute: unsaid)
+                setattr(dispatcher, _SESSION, self)
 
     @functools.wraps(notify)
     async def send_notification(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -473,32 +502,66 @@ def patch_session(module: ModuleType) -> None:
             if runtime.active() is None:
                 return await discover(self, version)
             send = functools.partial(discover, self, version)
-            raw = await _request(self, "server/discover", {"version": version}, send, dict, dict)
+            with _marked(_sent_here):
+                raw = await _request(self, "server/discover", {"version": version}, send, dict, dict)
             _learn_server(self, raw)
             return raw
 
         replace(cls, "send_discover", send_discover)
 
 
+def patch_dispatcher(module: ModuleType) -> None:
+    """Wrap ``send_raw_request`` of mcp 2.x's ``JSONRPCDispatcher``, through which a session's
+    requests go: one not made through :func:`_request` (``subscriptions/listen``, which
+    ``Client.listen`` sends so) is said not recorded while recording (a replay answers it with an
+    error: :func:`_refusal`)."""
+    cls = getattr(module, "JSONRPCDispatcher", None)
+    if cls is None:
+        return
+    original = cls.send_raw_request
+
+    @functools.wraps(original)
+    async def send_raw_request(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        session = getattr(self, _SESSION, None)
+        if session is not None and not _sent_here.get():
+            _unrecorded(
+                session,
+                method,
+                f"forkpoint: MCP request {method} to server {getattr(session, _SERVER, None)!r} was not "
+                "recorded: the agent's MCP client sent it past ClientSession.send_request, which forkpoint "
+                "records; a replay answers it with an error",
+                request=True,
+            )
+        return await original(self, method, *args, **kwargs)
+
+    replace(cls, "send_raw_request", send_raw_request)
+
+
 @contextlib.contextmanager
-def _http_above(above: bool = True) -> Iterator[None]:
+def _marked(var: contextvars.ContextVar[bool], value: bool = True) -> Iterator[None]:
+    """``var`` set to ``value`` in this context."""
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
+def _http_above(above: bool = True) -> contextlib.AbstractContextManager[None]:
     """Marks the HTTP requests made in this context as recorded here (not by the HTTP capture).
     The transports of mcp 1.x send from tasks they started, marked when the transport was
     entered; those of 2.x send in the context of the caller (``ClientSession`` hands its context
     along with each message), which is marked around each request and notification. What the
     server sends comes in that context too: the agent's callbacks that receive it run unmarked
     (``above=False``), their own HTTP (a sampling callback's model call) recorded as any other."""
-    token = runtime.http_recorded_above.set(above)
-    try:
-        yield
-    finally:
-        runtime.http_recorded_above.reset(token)
+    return _marked(runtime.http_recorded_above, above)
 
 
 class _ReplayStreams:
     """What a replay hands an MCP session instead of a transport's streams: a read stream that
-    nothing writes to (closed when the transport is left) and a write stream that drops what it is
-    sent. Marked so the session knows its server was not started."""
+    nothing writes to but :meth:`refuse` (closed when the transport is left) and a write stream that
+    drops what it is sent but a request, answered by :meth:`refuse`. Marked so the session knows
+    its server was not started."""
 
     def __init__(self, width: int, failed: str | None = None) -> None:
         import anyio
@@ -511,6 +574,11 @@ class _ReplayStreams:
     def streams(self) -> tuple[Any, ...]:
         extra = (lambda: None,) * (self.width - 2)  # 1.x streamable HTTP: get_session_id
         return (self.read, self.write, *extra)
+
+    async def refuse(self) -> None:
+        """Answer each request the session sends with :func:`_refusal`."""
+        async for message in self._write_reader:
+            await _refuse(message, self._read_writer)
 
     async def aclose(self) -> None:
         for stream in (self._read_writer, self.read, self.write, self._write_reader):
@@ -529,6 +597,34 @@ def _message(data: dict[str, Any]) -> Any:
         else cast(Any, types.JSONRPCMessage).model_validate(data)
     )
     return SessionMessage(parsed)
+
+
+def _refusal(message: Any) -> Any:
+    """The error a replay answers a request its session sent to no server with: one not made
+    through :func:`_request`, which serves the others (mcp 2.x's ``subscriptions/listen``), is not
+    recorded, and nothing would ever answer it: its caller, live answered at once, would wait
+    forever. None for another message (a notification, the session's answer to the server)."""
+    inner = getattr(message, "message", None)
+    inner = getattr(inner, "root", inner)
+    method, request_id = getattr(inner, "method", None), getattr(inner, "id", None)
+    if not isinstance(method, str) or request_id is None:
+        return None
+    why = (
+        f"forkpoint: the replay cannot answer MCP request {method}: it was not recorded (the agent's MCP "
+        "client sent it past ClientSession.send_request, which forkpoint records), and the replay serves "
+        "this session from the recording"
+    )
+    return _message({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32603, "message": why}})
+
+
+async def _refuse(message: Any, to: Any) -> None:
+    """Send the session (its read stream's writer ``to``) :func:`_refusal` of ``message`` when it is
+    a request; nothing once the session has left."""
+    import anyio
+
+    if (refusal := _refusal(message)) is not None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await to.send(refusal)
 
 
 def _message_id(message: Any) -> Any:
@@ -567,11 +663,12 @@ class _Standby:
         async with self._lock:
             if self.live:
                 return
-            while True:  # what the session sent while served stays unsent
+            while True:  # what the session sent while served stays unsent (a request refused)
                 try:
-                    self._from_session.receive_nowait()
+                    message = self._from_session.receive_nowait()
                 except anyio.WouldBlock:
                     break
+                await _refuse(message, self._to_session)
             if introduce and self.introduction is not None:
                 request = {"jsonrpc": "2.0", "id": _INTRODUCTION_ID, "method": "initialize"}
                 await self._real[1].send(_message({**request, "params": self.introduction}))
@@ -591,6 +688,8 @@ class _Standby:
         async for message in self._from_session:
             if self.live:
                 await self._real[1].send(message)
+            else:
+                await _refuse(message, self._to_session)
 
     async def to_session(self) -> None:
         import anyio
@@ -652,8 +751,7 @@ class _Transport:
         if rt is not None and rt.mode == "replay" and not cast(runtime.Serving, rt).runs_live("tool_call"):
             # (a socket's server is not reached before the replay goes live, when sockets open)
             if self._original.__name__ != "stdio_client" or not cast(runtime.Serving, rt).may_go_live():
-                self._fake = _ReplayStreams(self._width)
-                return self._fake.streams()
+                return await self._served()
             standby = True
         self._inner = self._original(*self._args, **self._kwargs)
         url = self._target()
@@ -668,33 +766,46 @@ class _Transport:
             try:
                 real = await self._inner.__aenter__()
             except OSError as exc:
-                # (a server not installed where the session is replayed): the replay serves the
-                # session as one that cannot go live, and a call made live says why
-                self._fake = _ReplayStreams(self._width, f"{type(exc).__name__}: {exc}")
-                return self._fake.streams()
+                failed = f"{type(exc).__name__}: {exc}"
+            else:
+                self._standby = _Standby(tuple(real))
+        if self._standby is None:
+            # (a server not installed where the session is replayed): the replay serves the
+            # session as one that cannot go live, and a call made live says why
+            return await self._served(failed)
+        await self._relaying(self._standby.to_server, self._standby.to_session)
+        return self._standby.streams()
+
+    async def _served(self, failed: str | None = None) -> Any:
+        """The streams of a session served from the recording with no server behind it
+        (:class:`_ReplayStreams`; ``failed``: why the replay could not start its server)."""
+        self._fake = _ReplayStreams(self._width, failed)
+        await self._relaying(self._fake.refuse)
+        return self._fake.streams()
+
+    async def _relaying(self, *relays: Callable[[], Awaitable[None]]) -> None:
+        """Run ``relays`` in a task group of their own until the transport is left."""
         import anyio
 
-        self._standby = _Standby(tuple(real))
         self._relay = anyio.create_task_group()
         await self._relay.__aenter__()
-        self._relay.start_soon(self._standby.to_server)
-        self._relay.start_soon(self._standby.to_session)
-        return self._standby.streams()
+        for relay in relays:
+            self._relay.start_soon(relay)
 
     async def __aexit__(self, *exc_info: Any) -> Any:
         if self._opened is not None:
             del _OPEN[self._opened]
-        if self._fake is not None:
-            await self._fake.aclose()
-            return None
+        closed = None
         try:
-            if self._standby is not None:
+            if self._relay is not None:
                 self._relay.cancel_scope.cancel()
                 await self._relay.__aexit__(None, None, None)
-                await self._standby.aclose()
-        finally:  # the server is stopped whatever its relays did
-            with _http_above():  # a closing DELETE of streamable HTTP
-                closed = await self._inner.__aexit__(*exc_info)
+            if (streams := self._fake or self._standby) is not None:
+                await streams.aclose()
+        finally:  # a server started is stopped whatever its relays did
+            if self._fake is None:
+                with _http_above():  # a closing DELETE of streamable HTTP
+                    closed = await self._inner.__aexit__(*exc_info)
         return closed
 
 
@@ -736,6 +847,7 @@ INTEGRATION = Integration(
     "mcp",
     {
         "mcp.client.session": patch_session,
+        "mcp.shared.jsonrpc_dispatcher": patch_dispatcher,
         "mcp.client.stdio": patch_transports,
         "mcp.client.sse": patch_transports,
         "mcp.client.streamable_http": patch_transports,

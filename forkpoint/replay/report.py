@@ -586,14 +586,23 @@ def summary_line(report: dict[str, Any]) -> str:
         )
     else:
         status = "ok" if (but := caveat(report)) is None else f"ok, but {but}"
+    unrecorded_mcp = report.get("unrecorded_mcp") or []
     unheard = [
-        f"{m.get('method')} from MCP server {m.get('server')!r}" for m in report.get("unrecorded_mcp") or []
+        f"{m.get('method')} from MCP server {m.get('server')!r}"
+        for m in unrecorded_mcp
+        if not m.get("request")
+    ]
+    # (requests the agent's MCP client sent past ClientSession.send_request: mcp 2.x's subscriptions/listen)
+    unasked = [
+        f"{m.get('method')} to MCP server {m.get('server')!r}" for m in unrecorded_mcp if m.get("request")
     ]
     programs = report.get("unrecorded_programs") or []
     cached = _from_cache(report)
     connections = report.get("unrecorded_connections") or []
     fewer = unrecorded_tools(report, "fewer_calls")
-    if status == "ok" and (unheard or programs or connections or unrecorded_tools(report) or fewer or cached):
+    if status == "ok" and (
+        unheard or unasked or programs or connections or unrecorded_tools(report) or fewer or cached
+    ):
         status = "ok, but incomplete"
     if status == "ok" and report.get("recording_unended"):
         status = (
@@ -675,6 +684,11 @@ def summary_line(report: dict[str, Any]) -> str:
         extra += (
             f"; not recorded, so not handed to the agent's callbacks on this replay: {', '.join(unheard)} "
             "(sent while no request of the agent was in flight)"
+        )
+    if unasked:
+        extra += (
+            f"; not recorded, so answered with an error on this replay: {', '.join(unasked)} (sent past "
+            "ClientSession.send_request)"
         )
     if programs:
         extra += (

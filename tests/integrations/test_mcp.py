@@ -840,6 +840,73 @@ def test_a_server_message_sent_while_no_request_is_in_flight_is_said_recorded_an
 
 
 @pytest.mark.slow
+def test_a_request_sent_past_send_request_is_said_recorded_and_refused_on_replay_not_waited_for(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """mcp 2.x's ``Client.listen`` sends its ``subscriptions/listen`` request through the session's
+    dispatcher, not ``ClientSession.send_request``: it was not recorded, nothing said so, and a
+    replay waited for the server's acknowledgment forever (no server answers a replay's session;
+    one on standby hears nothing until the replay goes live), where the live run had it at once.
+    Now the recording says it and notes it, a replay answers the request at once with an error
+    naming it, and the verdict names it."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run() -> tuple[Any, Any]:
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        async with Client(params) as client:
+            try:
+                async with client.listen(tools_list_changed=True) as sub:
+                    listened: Any = sub.honored.tools_list_changed
+            except MCPError as exc:
+                listened = exc.error.message
+            return listened, dump(await client.call_tool("add", {"a": 2, "b": 3}))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(asyncio.wait_for(run(), 120))
+    assert live[0] is True
+    said = capfd.readouterr().err
+    assert "MCP request subscriptions/listen to server 'calc' was not recorded" in said, said
+    for options in ({}, {"on_divergence": "live"}):
+        with forkpoint.replay(rec.session_path, **options) as rp:
+            replayed = asyncio.run(asyncio.wait_for(run(), 60))  # a hang fails as a TimeoutError
+        assert "subscriptions/listen" in replayed[0] and "not recorded" in replayed[0], replayed
+        assert replayed[1] == live[1]
+        report = rp.report()
+        assert report["unrecorded_mcp"] == [
+            {"server": "calc", "method": "subscriptions/listen", "request": True}
+        ]
+        line = summary_line(report)
+        assert "subscriptions/listen to MCP server 'calc'" in line, line
+        assert not line.startswith("replay ok:"), line
+    # (the replay that may go live started the server on standby; neither asked it anything)
+    assert ledger.read_text() == "started stdio\nadd 2 3\nstarted stdio\n"
+
+
+@pytest.mark.slow
+def test_a_ping_is_not_said_to_be_a_request_forkpoint_did_not_record(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A ``ping`` goes to the server past what forkpoint records, as ``subscriptions/listen`` does,
+    but a replay answers it (its answer is empty): the recording does not say it unrecorded, and
+    the replay is a plain 'replay ok'."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run() -> Any:
+        async with connect("stdio", ledger, None) as session:
+            await session.initialize()
+            await session.send_ping()
+            return dump(await session.call_tool("add", {"a": 2, "b": 3}))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(asyncio.wait_for(run(), 120))
+    said = capfd.readouterr().err
+    assert "ping" not in said, said
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(asyncio.wait_for(run(), 60)) == live
+    assert summary_line(rp.report()).startswith("replay ok:"), summary_line(rp.report())
+
+
+@pytest.mark.slow
 def test_the_answers_a_tool_call_retries_with_are_part_of_its_match_key(tmp_path: Path) -> None:
     """Under protocol 2026-07-28 a server asks for input by answering ``input_required``; the
     client asks the user (its elicitation callback) and calls the tool again with the answers
