@@ -663,15 +663,19 @@ class _Standby:
         async with self._lock:
             if self.live:
                 return
-            while True:  # what the session sent while served stays unsent (a request refused)
+            # What the session sent while served stays unsent (a request refused); EndOfStream: a
+            # server that ended ended the session's receive loop, which closed what it writes to.
+            while True:
                 try:
                     message = self._from_session.receive_nowait()
-                except anyio.WouldBlock:
+                except (anyio.WouldBlock, anyio.EndOfStream):
                     break
                 await _refuse(message, self._to_session)
             if introduce and self.introduction is not None:
                 request = {"jsonrpc": "2.0", "id": _INTRODUCTION_ID, "method": "initialize"}
-                await self._real[1].send(_message({**request, "params": self.introduction}))
+                # (a server that ended may have closed its stdin's stream: it has no answer, said below)
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await self._real[1].send(_message({**request, "params": self.introduction}))
                 await self._answered.wait()
                 answer = getattr(self._answer, "message", None)  # (None: the server ended)
                 error = getattr(getattr(answer, "root", answer), "error", None)

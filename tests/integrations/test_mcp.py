@@ -401,6 +401,35 @@ def test_a_call_made_live_on_a_standby_server_that_ended_says_it_ended(tmp_path:
 
 
 @pytest.mark.slow
+def test_a_standby_server_that_ended_before_the_session_went_live_says_it_ended(tmp_path: Path) -> None:
+    """The same server, ended well before the first call made live (an agent that asks its model
+    first): its end closed the session's receive loop, and so the stream the session writes to,
+    and going live raised a bare EndOfStream reading what the session had sent meanwhile (5 of 12
+    runs of the test above with short sleeps at the standby's awaits). It says the server ended."""
+    ledger = tmp_path / "ledger.log"
+    ended = f"open({str(ledger)!r}, 'a').write('ended\\n')"
+
+    async def run(args: list[str], b: int) -> Any:
+        params = StdioServerParameters(command=sys.executable, args=args)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            while args[0] == "-c" and "ended" not in (ledger.read_text() if ledger.exists() else ""):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1)  # (its end reaches the session's receive loop meanwhile)
+            return dump(await session.call_tool("add", {"a": 2, "b": b}))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        asyncio.run(run([str(SERVER_SCRIPT), str(ledger)], 3))
+    with forkpoint.replay(rec.session_path, on_divergence="live"):
+        with pytest.raises(ExceptionGroup) as raised:  # through the session's task group
+            asyncio.run(asyncio.wait_for(run(["-c", ended], 4), 120))
+    assert raised.group_contains(
+        forkpoint.McpServerNotStarted,
+        match=r"server ended before it answered \(the session's recorded initialize",
+    ), raised.value.exceptions
+
+
+@pytest.mark.slow
 def test_a_server_message_after_the_session_left_a_standby_transport_is_dropped(tmp_path: Path) -> None:
     """A stdio server a replay started on standby, then went live on, may still write once the
     agent's session has left (a log message after its tool answered) while its transport is open:
