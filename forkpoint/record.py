@@ -307,7 +307,7 @@ class Recorder:
             return None
         from .checkpoint import checkpoint_event
 
-        with self._checkpoint_lock, self._guarded():
+        with self._checkpoint_lock, self._guarded(), self._checkpointing():
             if boundary is None:
                 outstanding = self._turn_tools_done < self._turn_tools_expected
                 boundary = "observable" if outstanding or runtime.current_span.get() else "resumable"
@@ -340,6 +340,25 @@ class Recorder:
         """The session directory being written."""
         return self.writer.path
 
+    @contextlib.contextmanager
+    def _checkpointing(self) -> Iterator[None]:
+        """Marks this thread as taking a checkpoint (:meth:`_turn_counts`)."""
+        self._local.checkpointing = True
+        try:
+            yield
+        finally:
+            self._local.checkpointing = False
+
+    def _taking_checkpoint(self) -> bool:
+        """Whether this thread is taking a checkpoint (:meth:`_checkpointing`)."""
+        return bool(getattr(self._local, "checkpointing", False))
+
+    def _turn_counts(self) -> contextlib.AbstractContextManager[Any]:
+        """The lock of the turn's tool counts; held already in a thread taking a checkpoint, where a
+        call ends when the garbage collector closes a recorded generator the program left open:
+        taken again there, it waited for ever (a plain lock, in the thread that holds it)."""
+        return contextlib.nullcontext() if self._taking_checkpoint() else self._checkpoint_lock
+
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
@@ -356,7 +375,7 @@ class Recorder:
                 self.lacks.bodies(written[1], written[0])
         if kind != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
-        with self._checkpoint_lock:
+        with self._turn_counts():
             self._turn_tools_expected = len(tool_calls or [])
             self._turn_tools_done = 0
 
@@ -369,10 +388,10 @@ class Recorder:
             held = holds_placeholder((written[1].get("result"), written[1].get("error")))  # (out of the lock)
             with self._lock:
                 self.lacks.recorded(written[1], written[0], held)
-        with self._checkpoint_lock:
+        with self._turn_counts():
             self._turn_tools_done += 1
             more = self._turn_tools_done < self._turn_tools_expected
-        if more:
+        if more and not self._taking_checkpoint():  # (inside one: that one is being taken now)
             self.checkpoint(
                 boundary="observable", reason=f"after tool {event['tool']}, before the rest of its turn"
             )

@@ -474,6 +474,46 @@ def test_manual_checkpoint(tmp_path: Path, capfd: pytest.CaptureFixture[str]) ->
     assert events[inner - 1]["boundary"] == "observable" and events[inner]["type"] == "tool_call"
 
 
+@pytest.mark.timeout(60)  # (it deadlocked: fail it, not the run)
+# (the timeout is raised in the collector's close of the generator, which Python reports, not raises)
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_tool_call_the_collector_ends_inside_a_checkpoint_is_recorded_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recorded generator tool the program left open in a reference cycle is closed by the
+    garbage collector, which may run at any allocation: inside a checkpoint, its call was recorded
+    there, and the tool call's tally waited for the lock the checkpoint held, in the same thread:
+    the program hung for ever. The collector is run here where a checkpoint begins."""
+    import gc
+    import importlib
+
+    checkpoints = importlib.import_module("forkpoint.checkpoint")  # (the package, not the function)
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    taken = checkpoints.checkpoint_event
+
+    def collected_first(*args: Any, **kwargs: Any) -> Any:
+        gc.collect()  # (as the collector may, at an allocation here)
+        return taken(*args, **kwargs)
+
+    @forkpoint.tool
+    def numbers() -> Iterator[int]:
+        yield 1
+        yield 2
+
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        left = {"items": numbers()}
+        assert next(left["items"]) == 1
+        left["self"] = left  # (a cycle: only the collector frees it, and closes the generator)
+        del left
+        monkeypatch.setattr(checkpoints, "checkpoint_event", collected_first)
+        seq = forkpoint.checkpoint("after the loop")
+    events = Session.load(rec.session_path).events
+    assert events[seq - 1]["type"] == "checkpoint"
+    assert [(e["tool"], e["result"]["ended"]) for e in events if e["type"] == "tool_call"] == [
+        ("numbers", "closed")
+    ]
+
+
 @pytest.mark.parametrize("many", [False, True], ids=["inline", "blob"])
 def test_a_file_name_that_is_not_utf8_is_checkpointed_and_restored(tmp_path: Path, many: bool) -> None:
     """An untracked ``caf\\xe9.csv`` (Latin-1 bytes) made taking every checkpoint fail, without a
