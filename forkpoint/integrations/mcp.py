@@ -402,7 +402,8 @@ def _server_name(result: Any) -> Any:
         meta = result.get("_meta")
         info = result.get("serverInfo") or (meta.get(_DISCOVERED_INFO) if isinstance(meta, dict) else None)
     if info is None:
-        info = getattr(result, "serverInfo", None) or getattr(result, "server_info", None)
+        # (2.x's name first: its result says the 1.x name is deprecated, in the program's run)
+        info = getattr(result, "server_info", None) or getattr(result, "serverInfo", None)
     return info.get("name") if isinstance(info, dict) else getattr(info, "name", None)
 
 
