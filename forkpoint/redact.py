@@ -173,6 +173,12 @@ _CLIENTS: tuple[_Client, ...] = (
     ),
 )
 _COMMAND_WORDS = max(1 + len(c.words) for c in _CLIENTS)
+#: openssl's options whose value is a password's source (``pass:PASSWORD``, ``env:VAR``, ``file:…``),
+#: after one dash or two, the value the next argument or glued on with ``=``.
+_OPENSSL_PASS_OPTIONS = frozenset({"pass", "passin", "passout", "password"})
+#: aws configure set's names of a secret (after a profile's ``profile.NAME.``), and its value.
+_AWS_SECRET_NAMES = frozenset({"aws_secret_access_key", "aws_session_token", "aws_security_token"})
+_AWS_SECRET_VALUE = compiled_later(r"[A-Za-z0-9/+=]{16,}")
 
 
 def _crossing(pieces: Sequence[str], spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -480,8 +486,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # second scrub finds, the first found.
     *(("command-password", (c.names[0],), _command_password_text(c)) for c in _CLIENTS),
     # htpasswd -b's password, its last operand (after the file's and the user's names, or the
-    # user's alone with -n, which writes no file), and an openssl command's -pass, -passin,
-    # -passout pass:PASSWORD.
+    # user's alone with -n, which writes no file; -bC 12: the cost's number is no operand), and an
+    # openssl command's -pass, -passin, -passout pass:PASSWORD (--passin, -passin=: openssl 3's).
     (
         "command-password",
         ("htpasswd",),
@@ -489,7 +495,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         + _HTPASSWD_OPTIONS
         + r"*?[ \t]+-[A-Za-z0-9]*n))?"
         + _HTPASSWD_OPTIONS
-        + r"*?[ \t]+-[A-Za-z0-9]*b[A-Za-z0-9]*"
+        + r"*?[ \t]+-[A-Za-z0-9]*b[A-Za-z0-9]*(?:(?<=[Cr])[ \t]+[0-9]+)?"
         + _HTPASSWD_OPTIONS
         + r"*(?(n)|[ \t]+"
         + _SHELL_WORD
@@ -501,7 +507,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "command-password",
         ("pass",),
-        r"(?<=-)(?<![A-Za-z0-9_\-]-)pass(?:in|out|word)?[ \t]+(?P<q>[\"'])?pass:" + _COMMAND_PASSWORD,
+        r"(?<=-)(?:(?<![A-Za-z0-9_\-]-)|(?<=--)(?<![A-Za-z0-9_\-]--))pass(?:in|out|word)?(?:=|[ \t]+)"
+        r"(?P<q>[\"'])?pass:" + _COMMAND_PASSWORD,
     ),
     (
         "secret-field",
@@ -2396,9 +2403,13 @@ class Scrubber:
         if str not in map(type, items[start:]):
             return found
         options = [i for i in range(start, len(items)) if type(items[i]) is str and items[i][:1] == "-"]
+        command = [items[0].rsplit("/", 1)[-1] if type(items[0]) is str else "", *items[1:_COMMAND_WORDS]]
+        if command[0] == "aws":  # (aws configure set NAME VALUE: no option tells)
+            found |= self._aws_secrets(items)
         if not options:
             return found
-        command = [items[0].rsplit("/", 1)[-1] if type(items[0]) is str else "", *items[1:_COMMAND_WORDS]]
+        if command[0] == "htpasswd":
+            found |= self._htpasswd_password(items)
         spaced, glued, user, own = frozenset[str](), frozenset[str](), False, len(items)
         for client in _CLIENTS:
             if command[0] in client.names and command[1 : 1 + len(client.words)] == list(client.words):
@@ -2430,11 +2441,53 @@ class Scrubber:
                 value = self._command_password(nxt, user=user)
                 if value is not None:
                     found[at] = (value, arg)
+            elif (password := self._openssl_password(name, joined if eq else nxt)) is not None:
+                if i not in found:
+                    found[i if eq else at] = (name + eq + password if eq else password, name)
             elif nxt and not nxt.startswith("-") and not _is_placeholder(nxt):
                 option = SECRET_OPTION.fullmatch(arg)
                 if option is not None and option.group("value") is None:
                     found[at] = (placeholder("secret-option", nxt), arg)
                     found |= self._spilled(items, at, arg)
+        return found
+
+    def _openssl_password(self, option: str, value: str) -> str | None:
+        """``value`` of openssl's password ``option`` (:data:`_OPENSSL_PASS_OPTIONS`) with the
+        password of its ``pass:PASSWORD`` replaced; None where it holds none (``env:VAR``)."""
+        if option[:3] == "---" or option.lstrip("-") not in _OPENSSL_PASS_OPTIONS or value[:5] != "pass:":
+            return None
+        password = self._command_password(value[5:], user=False)
+        return "pass:" + password if password is not None else None
+
+    def _htpasswd_password(self, items: Sequence[Any]) -> dict[int, tuple[str, str]]:
+        """htpasswd -b's password, by index, as (what it is stored as, ``-b``): its last operand,
+        the third (``FILE USER PASSWORD``) or with -n the second; as in text (``command-password``),
+        the options come first, -C's and -r's number after them."""
+        letters, i = "", 1
+        while i < len(items) and type(items[i]) is str and items[i][:1] == "-" and len(items[i]) > 1:
+            letters += items[i][1:]
+            if items[i][-1] in "Cr" and i + 1 < len(items) and str(items[i + 1]).isdigit():
+                i += 1
+            i += 1
+        at = i + (1 if "n" in letters else 2)
+        if "b" not in letters or at >= len(items) or type(items[at]) is not str:
+            return {}
+        password = self._command_password(items[at], user=False)
+        return {at: (password, "-b")} if password is not None else {}
+
+    def _aws_secrets(self, items: Sequence[Any]) -> dict[int, tuple[str, str]]:
+        """The values that ``aws configure set`` names secrets (:data:`_AWS_SECRET_NAMES`), by
+        index, as (what each is stored as, its name); as in text (``aws-secret``), the value's
+        first 16 or more base64 characters are replaced."""
+        found: dict[int, tuple[str, str]] = {}
+        for i in range(1, len(items) - 1):
+            name, value = items[i], items[i + 1]
+            if type(name) is str and type(value) is str and name.rsplit(".", 1)[-1] in _AWS_SECRET_NAMES:
+                m = _AWS_SECRET_VALUE.match(value)
+                if m is not None:
+                    secret = m.group()
+                    kind = self._context_kind("aws-secret", secret)
+                    found[i + 1] = (placeholder(kind, secret) + value[m.end() :], name)
         return found
 
     def _spilled(self, items: Sequence[Any], at: int, name: str) -> dict[int, tuple[str, str]]:

@@ -29,6 +29,8 @@ LEAKS: dict[str, tuple[str, str]] = {
     "bare_token_code": (_r(23), 'token = "{s}"'),
     "token_yaml": (_r(23), "TOKEN: {s}\n"),
     "aws_configure": (_r(39), "aws configure set aws_secret_access_key {s}"),
+    "aws_configure_profile": (_r(39), "aws configure set profile.ci.aws_secret_access_key {s}"),
+    "aws_session_token": (_r(99), "aws configure set aws_session_token {s} --profile ci"),
     "gh_secret_body": (_r(19), "gh secret set DEPLOY_KEY --body {s}"),
     "gh_secret_b": (_r(19), "gh secret set DEPLOY_KEY --repo org/app -b '{s}'"),
     "gh_secret_joined": (_r(19), "gh secret set DEPLOY_KEY --body={s}"),
@@ -37,6 +39,11 @@ LEAKS: dict[str, tuple[str, str]] = {
     "htpasswd_print": (_r(15), "htpasswd -nbB admin {s} | tee -a users"),
     "openssl_pass": (_r(15), "openssl enc -aes-256-cbc -in a -out b -pass pass:{s}"),
     "openssl_passout": (_r(15), "openssl pkcs12 -export -in c.pem -passout 'pass:{s}' -out c.p12"),
+    # (openssl 3 reads -passin=VALUE and --passin VALUE as -passin VALUE)
+    "openssl_passin_equals": (_r(15), "openssl rsa -in k.pem -passin=pass:{s} --passout pass:{s} -aes256"),
+    # (an option named for a password, not openssl's: its value whatever it holds)
+    "password_option": (_r(15), "deploy --password {s} --host 127.0.0.1"),
+    "htpasswd_cost": (_r(15), "htpasswd -bC 12 /etc/nginx/.htpasswd admin {s}"),
     "mysql": (_r(15), "mysql -h 127.0.0.1 -u root -p{s} app"),
     "curl_user": (_r(15), "curl -u deploy:{s} https://127.0.0.1/v1"),
     "sshpass": (_r(15), "sshpass -p {s} ssh deploy@127.0.0.1 uptime"),
@@ -62,7 +69,25 @@ TEXTS = {
     for name, (secret, ctx) in LEAKS.items()
 }
 #: Commands whose argv list (a tool's) is read for the password too.
-COMMANDS = ["gh_secret_body", "gh_secret_b", "gh_secret_joined", "mysql", "curl_user", "sshpass"]
+COMMANDS = [
+    "aws_configure",
+    "aws_configure_profile",
+    "aws_session_token",
+    "gh_secret_body",
+    "gh_secret_b",
+    "gh_secret_joined",
+    "htpasswd",
+    "htpasswd_flags",
+    "htpasswd_print",
+    "openssl_pass",
+    "openssl_passout",
+    "openssl_passin_equals",
+    "password_option",
+    "htpasswd_cost",
+    "mysql",
+    "curl_user",
+    "sshpass",
+]
 
 #: Text that looks like the shapes above and holds no secret: a directory (the shell's PWD and
 #: OLDPWD, and names ending in _PWD holding a path), a port and a path before an e-mail address, a
@@ -90,8 +115,12 @@ def test_a_secret_of_each_shape_is_scrubbed_from_text(name: str) -> None:
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_secret_on_a_command_line_is_scrubbed_from_its_argv(name: str) -> None:
-    out = scrub_argv(shlex.split(TEXTS[name]))
+    argv = shlex.split(TEXTS[name])
+    out = scrub_argv(argv)
     assert not any(SECRETS[name] in item for item in out), out
+    # (only the items that hold it change, and a second scrub changes nothing: a replay's match key)
+    assert [a for a, b in zip(argv, out, strict=True) if a != b] == [a for a in argv if SECRETS[name] in a]
+    assert scrub_argv(out) == out
 
 
 @forkpoint.tool
@@ -112,6 +141,12 @@ def test_no_secret_of_these_shapes_reaches_the_session(tmp_path: Path) -> None:
                 assert run(shlex.split(text)) == shlex.split(text)
     assert rec.session_path.is_dir()
     assert leaks(tmp_path, LINES) == []
+    with forkpoint.replay(rec.session_path) as rp:
+        for name, text in TEXTS.items():
+            assert echo(text) == scrub_text(text)
+            if name in COMMANDS:
+                assert run(shlex.split(text)) == scrub_argv(shlex.split(text))
+    assert rp.report()["divergence"] is None and rp.report()["matched"] == rp.report()["recorded"]
 
 
 @pytest.mark.parametrize("text", KEPT)
