@@ -366,6 +366,13 @@ _LOWER_ASSIGNMENT = (
     r"(?!(?:[A-Z][a-z]*[0-9]*)*[A-Z][a-z]{2,}(?![A-Za-z0-9_\-+/=]))"
     r"(?P<s>" + _RANDOM_VALUE + r")\.?" + _VALUE_END
 )
+#: Where the names of :data:`_UNQUOTED_NAME` and :data:`_LOWER_NAME` are found (shapes' anchors).
+_NAME_ANCHORS = tuple(
+    "pass secret token api access private _key credential client auth refresh session bearer _pass _pwd"
+    " sshpass rediscli_auth".split()
+)
+#: A character of a triple-quoted literal's value that is no blank (an escape as one).
+_TRIPLE_QUOTED_CHAR = r"(?:(?!(?P=q))[^\\\s]|\\[\s\S])"
 _OTHER_AUTHORIZATION = (
     r"(?i:authorization)[\"']?[ \t]*:[ \t]*[\"']?(?!(?i:bearer|basic|aws4-hmac-sha256)\s)"
     r"(?:[A-Za-z][A-Za-z0-9\-]*[ \t]+)?(?P<s>(?=[^\s\"',;]*[0-9])[^\s\"',;]{8,})"
@@ -541,7 +548,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"[ \t]*[=:](?:[ \t]*(?P<t>(?:\\?\"){3}|''')|(?:[ \t]*\\{0,2}[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
         r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)(?(t)(?P=t)|\\?(?P=q))",
     ),
-    # Code: a token's name (token = "…", query_token = '…', refreshToken: "…"; not one of
+    # Code: a token's name (token = "…", query_token = '…', refreshToken: "…", token = """…"""; not one of
     # NOT_SECRET_TOKENS) assigned a quoted literal that looks random, as an unquoted value must
     # (stop_token = "<|im_end|>" is none).
     (
@@ -550,7 +557,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
         + _NOT_SECRET_TOKEN_BEFORE
         + r"(?i:token)(?![A-Za-z0-9_])"
-        r"[ \t]*[=:][ \t]*\\?(?P<q>[\"'])(?P<s>" + _RANDOM_VALUE + r")\\?(?P=q)",
+        r"[ \t]*[=:][ \t]*\\?(?P<q>\"\"\"|'''|[\"'])(?P<s>" + _RANDOM_VALUE + r")\\?(?P=q)",
     ),
     # Terraform: a variable named for a credential (variable "db_password" { … }), its default.
     (
@@ -594,18 +601,33 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # indented less; not a key there (an empty value before the mapping's next key).
     (
         "secret-assignment",
-        ("pass", "secret", "token", "api", "access", "private", "_key", "credential", "client", "auth")
-        + ("refresh", "session", "bearer", "_pass", "_pwd", "sshpass", "rediscli_auth"),
+        _NAME_ANCHORS,
         r"(?:" + _UNQUOTED_NAME + "|" + _LOWER_NAME + r")[ \t]*:[ \t]*[|>][1-9+\-]{0,2}(?:[ \t]+#[^\r\n]*)?"
         r"[ \t\r]*\n(?P<i>[ \t]+)(?![^\s:\"']*:(?:\s|$))(?P<s>\S(?:[^\r\n]*\S)?(?:[ \t\r]*\n(?P=i)[^\r\n]*\S)*)",
+    ),
+    # Python's triple-quoted literal over several lines assigned to such a name (password = """…""",
+    # r'''…''' in a keyword argument, a dict's "password": """…"""), to its closing quotes, the
+    # blanks inside them kept; the literal ends its expression. Not one whose quotes close another
+    # literal (print("""… token = """) or """… token = """ then the next line's NEXT = """…"""):
+    # what follows them is code.
+    (
+        "secret-assignment",
+        _NAME_ANCHORS,
+        r"(?:"
+        + _UNQUOTED_NAME
+        + "|"
+        + _LOWER_NAME
+        + r")(?:[ \t]*=|[\"'][ \t]*:)[ \t]*[rRbBuU]{0,2}(?P<q>\"\"\"|''')"
+        r"(?=(?:(?!(?P=q))[^\n\\]|\\[^\n])*\n)(?![ \t]*[)\],;}+.])\s*"
+        r"(?P<s>" + _TRIPLE_QUOTED_CHAR + r"(?:(?:(?!(?P=q))[^\\]|\\[\s\S])*?" + _TRIPLE_QUOTED_CHAR + r")?)"
+        r"(?<!\s[=(\[{,:+])(?<![(\[{,])\s*(?P=q)(?=[ \t]*(?:[,)\]};#]|\r?\n|$))",
     ),
     # A quoted value over several lines (an .env file's PASSWORD="…" with a line break inside),
     # to its closing quote, which ends its line: the first line alone was taken, the rest kept.
     # (Not code from a quote in one literal to one in the next line's: "token:"+t then a="b".)
     (
         "secret-assignment",
-        ("pass", "secret", "token", "api", "access", "private", "_key", "credential", "client", "auth")
-        + ("refresh", "session", "bearer", "_pass", "_pwd", "sshpass", "rediscli_auth"),
+        _NAME_ANCHORS,
         r"(?:" + _UNQUOTED_NAME + "|" + _LOWER_NAME + r")[ \t]*[=:][ \t]*(?P<q>[\"'])"
         r"(?P<s>[^\s\"'][^\"'\r\n]*\r?\n[^\"']*[^\s\"'])(?P=q)(?=[ \t]*(?:#[^\r\n]*)?(?:\r?\n|$))",
     ),

@@ -56,6 +56,13 @@ LEAKS: dict[str, tuple[str, str]] = {
     "json_passwd": (_r(15), '{{"user": "ada", "passwd": "{s}"}}'),
     "json_secret_key": (_r(15), '{{"access_key": "ada", "secret_key": "{s}"}}'),
     "multiline_env": (_r(15) + "\n" + _r(15), 'PASSWORD="{s}"\nDEBUG=1\n'),
+    "triple_quoted": (_r(15) + "\n" + _r(15), 'db_password = """{s}"""\nDEBUG = 1\n'),
+    "triple_quoted_token": (_r(23), 'token = """{s}"""'),
+    "triple_quoted_dict": (_r(15) + "\n" + _r(15), 'config = {{"password": """{s}""", "user": "ci"}}'),
+    "triple_quoted_indented": (
+        _r(15) + "\n    " + _r(15),
+        "class Config:\n    api_token = r'''\n    {s}\n    '''\n    debug = True\n",
+    ),
     "terraform": (
         _r(15),
         'variable "db_password" {{\n  type      = string\n  sensitive = true\n  default   = "{s}"\n}}\n',
@@ -103,6 +110,11 @@ KEPT = [
     'stop_token = "<|im_end|>"',
     "token = 'abcdefghijklmnopqrstuvwxyz'",
     'log("password: " + pw)\nx="y"\n',
+    # (a docstring is assigned to no name; a literal that ends in a credential's name is not one
+    # that opens: the code after it up to the next literal is no value)
+    'def login(password):\n    """Log in.\n\n    password = the user\'s\n    """\n',
+    'print("""Set your token = """)\nx = 1\nhelp = """\nUsage\n"""\n',
+    'USAGE = """Set PASSWORD = """\nNEXT = """\nmore\n"""\n',
 ]
 
 
