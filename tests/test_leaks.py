@@ -97,7 +97,7 @@ COMMANDS = [
 ]
 
 #: Text that looks like the shapes above and holds no secret: a directory (the shell's PWD and
-#: OLDPWD, and names ending in _PWD holding a path), a port and a path before an e-mail address, a
+#: OLDPWD, and names ending in _PWD holding a path), a port and a path with an "@" in it, a
 #: build's property, a tokenizer's stop token, code between quotes of literals on two lines.
 KEPT = [
     "OLD_PWD=/home/ada/project",
@@ -105,7 +105,7 @@ KEPT = [
     "export PWD=/home/ada/project",
     "BUILD_PWD=~/src/app",
     '{"PWD": "/home/ada/project", "OLDPWD": "/tmp"}',
-    "http://127.0.0.1:8080/users/ada@example.com",
+    "http://127.0.0.1:8080/users/ada@localhost",
     "<password>${env.DEPLOY_PASSWORD}</password>",
     'stop_token = "<|im_end|>"',
     "token = 'abcdefghijklmnopqrstuvwxyz'",
