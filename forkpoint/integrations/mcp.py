@@ -3,9 +3,9 @@
 
 **Requests.** Patched: ``mcp.client.session.ClientSession.send_request`` (and
 ``send_notification``, only to mark its HTTP as recorded here), which every request of the client
-goes through but mcp 2.x's ``subscriptions/listen`` (see **Transports**; its dispatcher's
-``send_raw_request`` is patched to say so) (mcp 2.x's ``Client`` included: it drives a
-``ClientSession``) — ``initialize``,
+goes through (mcp 2.x's ``Client`` included: it drives a ``ClientSession``), but for mcp 2.x's
+``subscriptions/listen``: its dispatcher's ``send_raw_request`` is patched to say that one is not
+recorded (see **Transports**) — ``initialize``,
 ``list_tools``, ``call_tool``, ``list_resources``, ``read_resource``, ``get_prompt``,
 ``complete``…, and those the SDK makes by itself (the
 ``list_tools`` with which ``call_tool`` validates structured content). Each is a ``tool_call``
@@ -605,8 +605,7 @@ def _refusal(message: Any) -> Any:
     through :func:`_request`, which serves the others (mcp 2.x's ``subscriptions/listen``), is not
     recorded, and nothing would ever answer it: its caller, live answered at once, would wait
     forever. None for another message (a notification, the session's answer to the server)."""
-    inner = getattr(message, "message", None)
-    inner = getattr(inner, "root", inner)
+    inner = _jsonrpc(message)
     method, request_id = getattr(inner, "method", None), getattr(inner, "id", None)
     if not isinstance(method, str) or request_id is None:
         return None
@@ -628,9 +627,14 @@ async def _refuse(message: Any, to: Any) -> None:
             await to.send(refusal)
 
 
-def _message_id(message: Any) -> Any:
+def _jsonrpc(message: Any) -> Any:
+    """The JSON-RPC message a transport's ``SessionMessage`` carries (1.x wraps it in a root model)."""
     inner = getattr(message, "message", None)
-    return getattr(getattr(inner, "root", inner), "id", None)
+    return getattr(inner, "root", inner)
+
+
+def _message_id(message: Any) -> Any:
+    return getattr(_jsonrpc(message), "id", None)
 
 
 class _Standby:
