@@ -331,8 +331,8 @@ _UNQUOTED_NAME = (
     + r")|SSHPASS|REDISCLI_AUTH)(?![A-Za-z0-9])"
 )
 #: A URL's password in its user info, to the first "@" (which a password's own "@" is read on
-#: from): "/", "?" and "#" too, which a password holds unencoded (app:p#ss//w@host); not a port
-#: and the path after it (host:8080/users/ada@example.com).
+#: from): "/", "?" and "#" too, which a password holds unencoded (app:p#ss//w@127.0.0.1); not a
+#: port and the path after it (127.0.0.1:8080/users/ada@localhost).
 _URL_PASSWORD = r"(?![0-9]*[/?#])[^\s@\"'<>\\]+"
 #: Names of a credential in lower case or camelCase (YAML's and INI's: see the table's shape).
 _LOWER_NAME = (
@@ -771,7 +771,7 @@ def _authorization_fails(text: str, at: int, reach: _Reach) -> bool:
 
 #: Shapes whose match at an occurrence of its anchor is known to fail without running it, where
 #: it would read to the end of a long value first: a run of the anchor glued (password=password=…,
-#: Authorization:Authorization:…, x://a:b/x://a:b/…) is one value to its end, read and failed at
+#: Authorization:Authorization:…, x://127.0.0.1:b/x://127.0.0.1:b/…) is one value to its end, read and failed at
 #: each occurrence, quadratic in its length; now its end is found once (:func:`_first`). Each tells only where
 #: matching would fail.
 _DEAD_ENDS: dict[str, Callable[[str, int, _Reach], bool]] = {
