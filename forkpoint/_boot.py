@@ -49,6 +49,11 @@ UNREPORTED_PREFIX = "unreported-"
 #: replay started, and ``live-<pid>`` of each that made a call live from the checkpoint: an arm stopped
 #: before it wrote a report is told apart from one that never ran forkpoint or never went live.
 REPLAYING_PREFIX, LIVE_PREFIX = "replaying-", "live-"
+#: In the ``FORKPOINT_REPORT`` folder: ``alive-<pid>``, empty, which each process that started forkpoint
+#: holds an exclusive flock(2) on for as long as it, or a child forked from it, runs: the CLI waits
+#: for those that outlive the program before it reads their endings and reports (a multiprocessing
+#: forkserver leaves after the program that started it, writing its report as it goes).
+ALIVE_PREFIX = "alive-"
 NOT_STARTED_EXIT = 1  # (as forkpoint replay exits when it refuses a session)
 
 #: Variables that carry the activation; see module docstring.
@@ -85,6 +90,8 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
     _activation = {
         k: v for k, v in env.items() if v and k not in (SPAWNED_VAR, SENT_FROM_VAR, EXECS_VAR, TURNS_VAR)
     }
+    if env["FORKPOINT_REPORT"]:
+        _hold_alive(Path(env["FORKPOINT_REPORT"]))
     if env[SENT_FROM_VAR]:
         from . import runtime
 
@@ -202,6 +209,58 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
         except Exception as exc:
             # A program whose replay cannot start would run live, unreplayed: it does not run at all.
             _refuse_to_run(env["FORKPOINT_REPORT"], f"{type(exc).__name__}: {exc}")
+
+
+#: The open ``alive-<pid>`` file this process holds its lock on (:func:`_hold_alive`): kept open to its end.
+_alive: int | None = None
+
+
+def _hold_alive(folder: Path) -> None:
+    """Take the lock of ``alive-<pid>`` in ``folder`` for this process's life: the kernel lets it go
+    when the last process holding the file ends (a child forked from this one holds it too; a
+    program it becomes through exec takes its own). A folder that cannot hold it (a full disk) is
+    not waited for: as before there was one."""
+    global _alive
+    import fcntl
+
+    try:
+        fd = os.open(folder / f"{ALIVE_PREFIX}{os.getpid()}", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return
+    _alive = fd
+
+
+def outlived(folder: Path, grace: float) -> list[str]:
+    """The pids of the processes of ``folder``'s ``alive-<pid>`` files (:func:`_hold_alive`) that,
+    or whose forked children, still run ``grace`` seconds from now (polled every 20 ms): the CLI
+    calls it once the program has ended, and returns as soon as every one has."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + grace
+    held = sorted(named(folder, ALIVE_PREFIX))
+    while True:
+        running = []
+        for path in held:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:  # (gone: nothing to wait for)
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                running.append(path)
+            finally:
+                os.close(fd)
+        held = running
+        if not held or time.monotonic() >= deadline:
+            return [p.name[len(ALIVE_PREFIX) :] for p in held]
+        time.sleep(0.02)
 
 
 def spawned() -> dict[str, str] | None:

@@ -37,6 +37,7 @@ from ._boot import (
     UNREPORTED_PREFIX,
     child_env,
     named,
+    outlived,
     read_endings,
     unwritten,
 )
@@ -336,7 +337,8 @@ def record_command(
     if live is not None:
         live.start(session.path)
         session.on_close.append(live.finish)
-    with tempfile.TemporaryDirectory(prefix="forkpoint-record-") as tmp:
+    # (ignoring what cannot be removed: a process said to outlive the program may write to it as it goes)
+    with tempfile.TemporaryDirectory(prefix="forkpoint-record-", ignore_cleanup_errors=True) as tmp:
         env = child_env("record", session.path, tools=tools, report=Path(tmp))
         env["PYTHONHASHSEED"] = str(header["hash_seed"])
         if deterministic:
@@ -351,7 +353,12 @@ def record_command(
         if ran.unrun:  # (said) it never ran: no empty session is left as `last`, as of a command not found
             session.discard()
             return session.path, code, out
+        running = outlived(Path(tmp), OUTLIVED_GRACE)
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
+        if running:
+            lost = _still_running(running, "what it does from now is not in the session")
+            say(f"forkpoint: WARNING: {lost}")
+            session.incomplete = session.incomplete or lost
         for pid, command in unstarted_execs(Path(tmp), ENDING_PREFIX, UNREPORTED_PREFIX):
             lost = f"process {pid} became `{command}` through exec, which did not start forkpoint{UNSTARTED}"
             say(f"forkpoint: WARNING: {lost}: what it did is not in the session")
@@ -627,7 +634,8 @@ def replay_run(
     if refused is not None:
         _fallback_said(refused)
     sandbox = "none (live calls)" if live else ("python guard" if refused else "network namespace")
-    with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
+    # (ignoring what cannot be removed: a process said to outlive the program may write to it as it goes)
+    with tempfile.TemporaryDirectory(prefix="forkpoint-replay-", ignore_cleanup_errors=True) as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
         if config is not None:
             env["FORKPOINT_CONFIG"] = str(config)
@@ -666,6 +674,7 @@ def replay_run(
             code, out, err = ran.code, ran.out, ran.err
             for warning in doubted:
                 say(f"forkpoint: WARNING: {warning}")
+            running = outlived(Path(tmp), OUTLIVED_GRACE)
         finally:
             seen = namespace.finished() if namespace is not None else netns.Seen([], [], 0)
         # One report per replaying process (a recorded shell script may run several programs).
@@ -678,6 +687,8 @@ def replay_run(
             for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX, UNREPORTED_PREFIX)
         ]
         unreported = _unreported(Path(tmp))
+        if running:
+            unreported.append(_still_running(running, "its report is not in the verdict"))
         replaying, went_live = (any(named(Path(tmp), mark)) for mark in (REPLAYING_PREFIX, LIVE_PREFIX))
         try:  # (or the launcher's why: netns)
             why_unrun = ran.unrun or (Path(tmp) / netns.UNRUN).read_text(errors="replace")
@@ -902,6 +913,20 @@ def _unreplayed(command: list[str], ran: Ran, why_unrun: str | None, not_started
 
 #: How :func:`_unreplayed` ends for a command that ran and never started forkpoint.
 NEVER_STARTED = "never started forkpoint's replay"
+
+
+#: How long the CLI waits, once the program ended, for the processes that outlive it (a forkserver
+#: leaving, a daemon) to end and write their endings or reports (:func:`forkpoint._boot.outlived`).
+OUTLIVED_GRACE = 5.0
+
+
+def _still_running(pids: list[str], lost: str) -> str:
+    """Of the processes that started forkpoint and still ran :data:`OUTLIVED_GRACE` seconds after
+    the program ended, in words, with what is ``lost``."""
+    one = len(pids) == 1
+    them = f"process {pids[0]} (or a process forked from it)" if one else f"processes {', '.join(pids)} (or"
+    them += "" if one else " processes forked from them)"
+    return f"{them} still ran {OUTLIVED_GRACE:g} s after the program ended: {lost}"
 
 
 def _unreported(folder: Path) -> list[str]:

@@ -1510,6 +1510,97 @@ def test_a_tool_named_on_the_command_line_is_recorded_in_spawned_workers(tmp_pat
     assert rep.stdout == rec.stdout and not ran.exists()
 
 
+OUTLIVES = """
+import sys
+import time
+
+import forkpoint
+
+
+@forkpoint.tool
+def square(x: int) -> int:
+    return x * x
+
+
+time.sleep(float(sys.argv[1]))
+print("late", square(4), flush=True)
+"""
+
+ENDS_FIRST = """
+import forkpoint
+
+
+@forkpoint.tool
+def double(x: int) -> int:
+    return 2 * x
+
+
+print("early", double(3), flush=True)
+"""
+
+#: The CLI, with the wait for the processes that outlive the program cut to half a second.
+IMPATIENT = [
+    sys.executable,
+    "-c",
+    "import sys, forkpoint.orchestrate as o; o.OUTLIVED_GRACE = 0.5; "
+    "from forkpoint.cli import main; sys.argv[0] = 'forkpoint'; main()",
+]
+
+
+def outliving_program(tmp_path: Path, late: float) -> list[str]:
+    """A shell command whose program in the background makes its tool call ``late`` seconds after
+    the one in the foreground, which the shell waits for, has ended."""
+    (tmp_path / "late.py").write_text(OUTLIVES)
+    (tmp_path / "early.py").write_text(ENDS_FIRST)
+    py = shlex.quote(sys.executable)
+    return ["sh", "-c", f"{py} late.py {late} & {py} early.py"]
+
+
+@pytest.mark.slow
+def test_a_process_that_outlives_the_program_is_waited_for(tmp_path: Path) -> None:
+    """A process that ended after the program (a multiprocessing forkserver leaving, which
+    writes its report as it goes) was not waited for: its call was appended to the session after
+    its end (whose signature it broke), its report was missed, and removing the report folder it
+    was writing to failed the replay ("Directory not empty"). The CLI now waits for it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    rec = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *outliving_program(tmp_path, 1)],
+        tmp_path,
+        env,
+    )
+    assert rec.returncode == 0 and "(0 model calls, 2 tool calls)" in rec.stderr, rec.stderr
+    assert sorted(rec.stdout.splitlines()) == ["early 6", "late 16"]
+    events = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).exists())).events
+    assert [e["type"] for e in events][-3:] == ["tool_call", "tool_call", "end"]
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
+    assert sorted(rep.stdout.splitlines()) == ["early 6", "late 16"]
+
+
+@pytest.mark.slow
+def test_a_process_still_running_after_the_wait_is_said_and_the_verdict_unknown(tmp_path: Path) -> None:
+    """One that runs on past the wait is named: the session says it is incomplete, and the
+    replay's verdict is unknown, not "replay ok" on what the program's other processes did."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    program = outliving_program(tmp_path, 3)
+    rec = run([*IMPATIENT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
+    assert rec.returncode == 0, rec.stderr
+    assert (
+        "still ran 0.5 s after the program ended: what it does from now is not in the session" in rec.stderr
+    )
+    session = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).exists()))
+    assert "still ran 0.5 s after the program ended" in session.by_type("end")[0]["incomplete"]
+    time.sleep(3)  # (its call, appended after the end, is the recording's to keep: replayed below)
+
+    rep = run([*IMPATIENT, "replay", "last", "--store", store, "--trust"], tmp_path, env)
+    assert rep.returncode == 1, rep.stderr
+    assert re.search(r"process \d+ \(or a process forked from it\) still ran 0\.5 s", rep.stderr), rep.stderr
+    assert "its report is not in the verdict: the replay's verdict is unknown" in rep.stderr
+    assert "replay ok" not in rep.stderr
+
+
 WAITS_FOR_A_WORKER = """
 import queue
 import sys
