@@ -282,7 +282,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
     opts = _json_loads(env["FORKPOINT_REPLAY"] or "{}")
     if opts.get("child"):  # (a what-if's session is being recorded as long as this process lives)
         _join_recording(Path(opts["child"]))
-    child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
+    child = SessionWriter.open(Path(opts["child"]), joined=True) if opts.get("child") else None
     reports = Path(env["FORKPOINT_REPORT"]) if env["FORKPOINT_REPORT"] else None
     recorded = Session.load(Path(session), derived=False, share_lists=True)
     rp = Replayer(
@@ -581,7 +581,7 @@ def _recorder(session: Path, ws_opts: dict[str, Any] | None) -> Recorder:
             "started this process is gone): what this process does is not added to it"
         )
 
-    writer = SessionWriter.open(session)
+    writer = SessionWriter.open(session, joined=True)
     ws = None
     if ws_opts:
         root, include_ignored = ws_opts["root"], bool(ws_opts.get("include_ignored"))

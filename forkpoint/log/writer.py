@@ -203,11 +203,16 @@ class SessionWriter:
         return cls(path, fsync=policy)
 
     @classmethod
-    def open(cls, path: Path, *, fsync: str | None = None) -> SessionWriter:
-        """Append to the existing session at ``path``."""
+    def open(cls, path: Path, *, fsync: str | None = None, joined: bool = False) -> SessionWriter:
+        """Append to the existing session at ``path``. ``joined``: the session was open when this
+        process started (a process of the command ``forkpoint record`` or ``replay`` runs, which
+        ends the session): one that has ended by the time this writer appends raises
+        :class:`SessionError` (the process outlived the recording), as once it saw it open."""
         if not (Path(path) / LOG_NAME).is_file():
             raise SessionError(f"{path}: not a session directory (no {LOG_NAME})")
-        return cls(Path(path), fsync=fsync)
+        writer = cls(Path(path), fsync=fsync)
+        writer._seen_open = joined
+        return writer
 
     @property
     def session_id(self) -> str:
