@@ -238,15 +238,15 @@ def _hold_alive(folder: Path) -> None:
 def outlived(folder: Path, grace: float) -> list[str]:
     """The pids of the processes of ``folder``'s ``alive-<pid>`` files (:func:`_hold_alive`) that,
     or whose forked children, still run ``grace`` seconds from now (polled every 20 ms): the CLI
-    calls it once the program has ended, and returns as soon as every one has."""
+    calls it once the program has ended, and returns as soon as none runs. The folder is read at
+    each poll: one of them may start another that outlives it (a ``spawn`` worker, a forkserver)."""
     import fcntl
     import time
 
     deadline = time.monotonic() + grace
-    held = sorted(named(folder, ALIVE_PREFIX))
     while True:
         running = []
-        for path in held:
+        for path in sorted(named(folder, ALIVE_PREFIX)):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:  # (gone: nothing to wait for)
@@ -257,9 +257,8 @@ def outlived(folder: Path, grace: float) -> list[str]:
                 running.append(path)
             finally:
                 os.close(fd)
-        held = running
-        if not held or time.monotonic() >= deadline:
-            return [p.name[len(ALIVE_PREFIX) :] for p in held]
+        if not running or time.monotonic() >= deadline:
+            return [p.name[len(ALIVE_PREFIX) :] for p in running]
         time.sleep(0.02)
 
 

@@ -1604,6 +1604,60 @@ def test_a_process_still_running_after_the_wait_is_said_and_the_verdict_unknown(
     assert "replay ok" not in rep.stderr
 
 
+HANDS_ON = """
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import forkpoint
+
+
+@forkpoint.tool
+def square(x: int) -> int:
+    return x * x
+
+
+def late() -> None:
+    Path("started").touch()
+    time.sleep(1)
+    print("late", square(4), flush=True)
+
+
+if __name__ == "__main__":
+    while not os.path.exists("ended"):  # (the program, the shell, is ending: the CLI then waits)
+        time.sleep(0.01)
+    time.sleep(0.5)
+    multiprocessing.get_context("spawn").Process(target=late).start()
+    while not os.path.exists("started"):
+        time.sleep(0.01)
+    os._exit(0)  # (leaving its worker running, not joined)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_started_during_the_wait_is_waited_for(tmp_path: Path) -> None:
+    """The wait listed the processes to wait for once, as it began: a worker one of them started
+    later, which went on after it, was not waited for, and its call was refused (the session had
+    ended) with nothing said at record time: the session held one call of two, as complete."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    (tmp_path / "hands_on.py").write_text(HANDS_ON)
+    (tmp_path / "early.py").write_text(ENDS_FIRST)
+    py = shlex.quote(sys.executable)
+    program = ["sh", "-c", f"{py} hands_on.py & {py} early.py; touch ended"]
+    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
+    assert rec.returncode == 0 and "(0 model calls, 2 tool calls)" in rec.stderr, rec.stderr
+    assert sorted(rec.stdout.splitlines()) == ["early 6", "late 16"]
+    session = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).exists()))
+    assert [e["tool"] for e in session.by_type("tool_call")] == ["double", "square"]
+    assert not session.by_type("end")[0].get("incomplete")
+    for mark in ("ended", "started"):
+        (tmp_path / mark).unlink()
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
+
+
 WAITS_FOR_A_WORKER = """
 import queue
 import sys
