@@ -235,11 +235,12 @@ def _hold_alive(folder: Path) -> None:
     _alive = fd
 
 
-def outlived(folder: Path, grace: float) -> list[str]:
+def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: False) -> list[str]:
     """The pids of the processes of ``folder``'s ``alive-<pid>`` files (:func:`_hold_alive`) that,
-    or whose forked children, still run ``grace`` seconds from now (polled every 20 ms): the CLI
-    calls it once the program has ended, and returns as soon as none runs. The folder is read at
-    each poll: one of them may start another that outlives it (a ``spawn`` worker, a forkserver)."""
+    or whose forked children, still run ``grace`` seconds from now (polled every 20 ms), or once
+    ``stop()`` is true: the CLI calls it once the program has ended, and returns as soon as none
+    runs. The folder is read at each poll: one of them may start another that outlives it (a
+    ``spawn`` worker, a forkserver)."""
     import fcntl
     import time
 
@@ -257,7 +258,7 @@ def outlived(folder: Path, grace: float) -> list[str]:
                 running.append(path)
             finally:
                 os.close(fd)
-        if not running or time.monotonic() >= deadline:
+        if not running or time.monotonic() >= deadline or stop():
             return [p.name[len(ALIVE_PREFIX) :] for p in running]
         time.sleep(0.02)
 

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -152,31 +152,35 @@ def run_child(
     def forward(signum: int, _frame: object) -> None:
         proc.send_signal(signum)
 
-    old = {}
-    if threading.current_thread() is threading.main_thread():
-        old = {
-            sig: signal.signal(sig, handler)
-            for sig, handler in (
-                (signal.SIGINT, signal.SIG_IGN),
-                (signal.SIGTERM, forward),
-                (signal.SIGHUP, forward),
-            )
-        }
     try:
-        try:
-            if meanwhile is not None:
-                meanwhile()
-        finally:
-            out, err = wait_child(proc, watch, own_group=task)
+        with _handling({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: forward, signal.SIGHUP: forward}):
+            try:
+                if meanwhile is not None:
+                    meanwhile()
+            finally:
+                out, err = wait_child(proc, watch, own_group=task)
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
         if task:
             task_child(proc, done=True)
     code = proc.returncode
     if code < 0:
         return Ran(128 - code, out, err, killed_by=SIGNALS.get(-code, f"signal {-code}"))
     return Ran(code, out, err)
+
+
+@contextlib.contextmanager
+def _handling(handlers: Mapping[int, Any]) -> Iterator[None]:
+    """Signals handled by ``handlers`` (signal number: handler) while in it, then as before; left
+    alone off the main thread, as only the main thread may handle them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _interrupted(watch: _Watch, what: str) -> bool:
@@ -353,10 +357,9 @@ def record_command(
         if ran.unrun:  # (said) it never ran: no empty session is left as `last`, as of a command not found
             session.discard()
             return session.path, code, out
-        running = outlived(Path(tmp), OUTLIVED_GRACE)
+        running = _wait_for_outliving(Path(tmp))
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
-        if running:
-            lost = _still_running(running, "what it does from now is not in the session")
+        if lost := running.said("what it does from now is not in the session"):
             say(f"forkpoint: WARNING: {lost}")
             session.incomplete = session.incomplete or lost
         for pid, command in unstarted_execs(Path(tmp), ENDING_PREFIX, UNREPORTED_PREFIX):
@@ -674,7 +677,7 @@ def replay_run(
             code, out, err = ran.code, ran.out, ran.err
             for warning in doubted:
                 say(f"forkpoint: WARNING: {warning}")
-            running = outlived(Path(tmp), OUTLIVED_GRACE)
+            running = _wait_for_outliving(Path(tmp))
         finally:
             seen = namespace.finished() if namespace is not None else netns.Seen([], [], 0)
         # One report per replaying process (a recorded shell script may run several programs).
@@ -687,8 +690,8 @@ def replay_run(
             for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX, UNREPORTED_PREFIX)
         ]
         unreported = _unreported(Path(tmp))
-        if running:
-            unreported.append(_still_running(running, "its report is not in the verdict"))
+        if lost := running.said("its report is not in the verdict"):
+            unreported.append(lost)
         replaying, went_live = (any(named(Path(tmp), mark)) for mark in (REPLAYING_PREFIX, LIVE_PREFIX))
         try:  # (or the launcher's why: netns)
             why_unrun = ran.unrun or (Path(tmp) / netns.UNRUN).read_text(errors="replace")
@@ -920,13 +923,44 @@ NEVER_STARTED = "never started forkpoint's replay"
 OUTLIVED_GRACE = 5.0
 
 
-def _still_running(pids: list[str], lost: str) -> str:
-    """Of the processes that started forkpoint and still ran :data:`OUTLIVED_GRACE` seconds after
-    the program ended, in words, with what is ``lost``."""
-    one = len(pids) == 1
-    them = f"process {pids[0]} (or a process forked from it)" if one else f"processes {', '.join(pids)} (or"
-    them += "" if one else " processes forked from them)"
-    return f"{them} still ran {OUTLIVED_GRACE:g} s after the program ended: {lost}"
+class Outliving(NamedTuple):
+    """The processes that started forkpoint and still ran once the CLI stopped waiting for them
+    (:func:`_wait_for_outliving`): their pids, and when, in words."""
+
+    pids: list[str]
+    when: str
+
+    def said(self, lost: str) -> str:
+        """Them, in words, with what is ``lost``; "" for none."""
+        if not self.pids:
+            return ""
+        them = (
+            f"process {self.pids[0]} (or a process forked from it)"
+            if len(self.pids) == 1
+            else f"processes {', '.join(self.pids)} (or processes forked from them)"
+        )
+        return f"{them} still ran {self.when}: {lost}"
+
+
+def _wait_for_outliving(folder: Path) -> Outliving:
+    """Wait up to :data:`OUTLIVED_GRACE` seconds for the processes of ``folder`` that outlive the
+    program (:func:`forkpoint._boot.outlived`). Ctrl-C, SIGTERM or SIGHUP meanwhile ends the wait
+    at once, not forkpoint: the session is still ended, the verdict still given, and what still
+    runs is named as when it runs on past the wait (those processes are not signalled: a pid named
+    may have left a forked child holding its lock, and been reused since)."""
+    sent: list[int] = []
+    began = time.monotonic()
+
+    def stop(signum: int, _frame: object) -> None:
+        sent.append(signum)
+
+    with _handling(dict.fromkeys((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), stop)):
+        pids = outlived(folder, OUTLIVED_GRACE, stop=lambda: bool(sent))
+    if not sent:
+        return Outliving(pids, f"{OUTLIVED_GRACE:g} s after the program ended")
+    waited = time.monotonic() - began
+    name = SIGNALS.get(sent[0], f"signal {sent[0]}")
+    return Outliving(pids, f"when forkpoint was sent {name}, {waited:.1f} s after the program ended")
 
 
 def _unreported(folder: Path) -> list[str]:

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -1656,6 +1657,73 @@ def test_a_process_started_during_the_wait_is_waited_for(tmp_path: Path) -> None
         (tmp_path / mark).unlink()
     rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
     assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb, sig", [("record", signal.SIGTERM), ("replay", signal.SIGINT)])
+def test_a_signal_during_the_wait_ends_it_and_the_run_is_still_ended(
+    tmp_path: Path, verb: str, sig: signal.Signals
+) -> None:
+    """SIGTERM or Ctrl-C sent to forkpoint while it waited for a process that outlived the program
+    killed it there: a recording left without its end (unsigned, said to be still running), a
+    replay without its verdict and its temporary folder left behind. The wait now ends at once,
+    what still runs is named as when it ran on past the wait, and the run is ended as then."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    store = str(tmp_path / "store")
+    (tmp_path / "late.py").write_text(OUTLIVES)
+    (tmp_path / "early.py").write_text(ENDS_FIRST)
+    py = shlex.quote(sys.executable)
+    program = [
+        "sh",
+        "-c",
+        f"{py} late.py 30 > late.out 2>&1 & echo $! > late.pid; {py} early.py; touch ended",
+    ]
+
+    def stop_late() -> None:
+        os.kill(int((tmp_path / "late.pid").read_text()), signal.SIGKILL)
+
+    if verb == "replay":  # (recorded with a shorter wait, its straggler stopped: replayed below)
+        rec = run([*IMPATIENT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
+        stop_late()
+        assert rec.returncode == 0 and "still ran 0.5 s after" in rec.stderr, rec.stderr
+        (tmp_path / "ended").unlink()
+    args = ["record", "--store", store, "--no-workspace", "--", *program]
+    args = args if verb == "record" else ["replay", "last", "--store", store]
+    with open(tmp_path / "out", "wb") as out:
+        proc = subprocess.Popen(
+            [*FORKPOINT, *args], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.PIPE
+        )
+    try:
+        while not (tmp_path / "ended").exists() and proc.poll() is None:
+            time.sleep(0.02)
+        time.sleep(1)  # (forkpoint waits for late.py, 30 s long)
+        proc.send_signal(sig)
+        started = time.monotonic()
+        said = proc.communicate(timeout=30)[1].decode()
+        waited = time.monotonic() - started
+    finally:
+        proc.kill()
+        proc.wait()
+        stop_late()
+    assert waited < 3, said  # (not the rest of the 5 s wait)
+    late = f"still ran when forkpoint was sent {sig.name}, "
+    assert re.search(
+        rf"process \d+ \(or a process forked from it\) {late}[\d.]+ s after the program ended", said
+    ), said
+    assert not list((tmp_path / "tmp").iterdir())
+    if verb == "record":
+        assert proc.returncode == 0, said
+        assert "what it does from now is not in the session" in said
+        session = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).exists()))
+        assert f"still ran when forkpoint was sent {sig.name}" in session.by_type("end")[0]["incomplete"]
+        v = run([*FORKPOINT, "verify", "--store", store, "last"], tmp_path, env)
+        assert v.returncode == 0 and "verify ok: 2 events" in v.stdout and "signed by" in v.stdout, v.stdout
+    else:
+        assert proc.returncode == 1, said
+        assert "its report is not in the verdict: the replay's verdict is unknown" in said
+        assert "replay ok" not in said
 
 
 WAITS_FOR_A_WORKER = """
