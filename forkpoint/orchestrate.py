@@ -359,7 +359,7 @@ def record_command(
             return session.path, code, out
         running = _wait_for_outliving(Path(tmp))
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
-        if lost := running.said("what it does from now is not in the session"):
+        if lost := running.said(UNRECORDED):
             say(f"forkpoint: WARNING: {lost}")
             session.incomplete = session.incomplete or lost
         for pid, command in unstarted_execs(Path(tmp), ENDING_PREFIX, UNREPORTED_PREFIX):
@@ -692,6 +692,8 @@ def replay_run(
         unreported = _unreported(Path(tmp))
         if lost := running.said("its report is not in the verdict"):
             unreported.append(lost)
+            if child is not None:  # (what it does from now is refused there: it has ended)
+                child.incomplete = running.said(UNRECORDED)
         replaying, went_live = (any(named(Path(tmp), mark)) for mark in (REPLAYING_PREFIX, LIVE_PREFIX))
         try:  # (or the launcher's why: netns)
             why_unrun = ran.unrun or (Path(tmp) / netns.UNRUN).read_text(errors="replace")
@@ -921,6 +923,10 @@ NEVER_STARTED = "never started forkpoint's replay"
 #: How long the CLI waits, once the program ended, for the processes that outlive it (a forkserver
 #: leaving, a daemon) to end and write their endings or reports (:func:`forkpoint._boot.outlived`).
 OUTLIVED_GRACE = 5.0
+
+
+#: What is lost of a process still running when its recording's session ends (:meth:`Outliving.said`).
+UNRECORDED = "what it does from now is not in the session"
 
 
 class Outliving(NamedTuple):

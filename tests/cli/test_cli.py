@@ -1637,6 +1637,27 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
+def test_a_what_if_run_whose_process_ran_on_past_the_wait_is_recorded_incomplete(tmp_path: Path) -> None:
+    """A what-if run's session is recorded as the run goes: a process still running after the wait
+    has what it does later refused there (the session has ended), as at record time. Its end said
+    nothing of it: a session that lacks that process's calls read as complete."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    program = outliving_program(tmp_path, 0)
+    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
+    assert rec.returncode == 0 and "(0 model calls, 2 tool calls)" in rec.stderr, rec.stderr
+    slower = outliving_program(tmp_path, 3)
+    rep = run(
+        [*IMPATIENT, "replay", "last", "--store", store, "--tools", "live", "--", *slower], tmp_path, env
+    )
+    assert rep.returncode == 1 and "still ran 0.5 s after the program ended" in rep.stderr, rep.stderr
+    what_if = Session.load(list_sessions(store).rows[-1].path)
+    assert what_if.header["parent"] and [e["tool"] for e in what_if.by_type("tool_call")] == ["double"]
+    end = what_if.by_type("end")[0]
+    assert "still ran 0.5 s after the program ended" in (end.get("incomplete") or ""), end
+
+
+@pytest.mark.slow
 def test_a_process_started_during_the_wait_is_waited_for(tmp_path: Path) -> None:
     """The wait listed the processes to wait for once, as it began: a worker one of them started
     later, which went on after it, was not waited for, and its call was refused (the session had
