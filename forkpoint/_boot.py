@@ -218,21 +218,33 @@ _alive: int | None = None
 def _hold_alive(folder: Path) -> None:
     """Take the lock of ``alive-<pid>`` in ``folder`` for this process's life: the kernel lets it go
     when the last process holding the file ends (a child forked from this one holds it too; a
-    program it becomes through exec takes its own). A folder that cannot hold it (a full disk) is
-    not waited for: as before there was one."""
+    program it becomes through exec takes its own). One another holds (a child forked from the
+    program this process was before an exec, or a process whose pid this one reuses) is never
+    waited for, which would hold this program up for that one's life: ``alive-<pid>.<n>`` is taken
+    instead. A folder that cannot hold it (a full disk) is not waited for: as before there was one."""
     global _alive
     import fcntl
 
-    try:
-        fd = os.open(folder / f"{ALIVE_PREFIX}{os.getpid()}", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
-    except OSError:
+    for n in range(_ALIVE_NAMES):
+        name = f"{ALIVE_PREFIX}{os.getpid()}" + (f".{n}" if n else "")
+        try:
+            fd = os.open(folder / name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if isinstance(exc, BlockingIOError):
+                continue
+            return
+        _alive = fd
         return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:
-        os.close(fd)
-        return
-    _alive = fd
+
+
+#: How many ``alive-<pid>`` names one pid tries (:func:`_hold_alive`): the processes that held it
+#: before (each exec of one process, forked children outliving it) are few.
+_ALIVE_NAMES = 64
 
 
 def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: False) -> list[str]:
@@ -258,8 +270,8 @@ def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: Fals
                 running.append(path)
             finally:
                 os.close(fd)
-        if not running or time.monotonic() >= deadline or stop():
-            return [p.name[len(ALIVE_PREFIX) :] for p in running]
+        if not running or time.monotonic() >= deadline or stop():  # (alive-<pid>.<n>: that pid too)
+            return list(dict.fromkeys(p.name[len(ALIVE_PREFIX) :].partition(".")[0] for p in running))
         time.sleep(0.02)
 
 

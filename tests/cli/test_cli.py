@@ -1657,6 +1657,60 @@ def test_a_what_if_run_whose_process_ran_on_past_the_wait_is_recorded_incomplete
     assert "still ran 0.5 s after the program ended" in (end.get("incomplete") or ""), end
 
 
+FORKS_THEN_EXECS = """
+import os
+import sys
+import time
+
+import forkpoint
+
+
+@forkpoint.tool
+def square(x: int) -> int:
+    return x * x
+
+
+print("before", square(2), flush=True)
+if os.fork() == 0:  # (a sibling that waits for the program its parent becomes)
+    deadline = time.monotonic() + 15
+    while not os.path.exists("became") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("sibling", square(5) if os.path.exists("became") else "gave up waiting", flush=True)
+    os._exit(0)
+os.execv(sys.executable, [sys.executable, "became.py"])
+"""
+
+BECAME = """
+from pathlib import Path
+
+import forkpoint
+
+
+@forkpoint.tool
+def double(x: int) -> int:
+    return 2 * x
+
+
+Path("became").touch()
+print("became", double(3), flush=True)
+"""
+
+
+def test_a_program_that_forks_then_execs_starts_at_once(tmp_path: Path) -> None:
+    """The program a process became through exec took the lock of ``alive-<pid>``, its pid's,
+    waiting for it: a child forked before the exec held it, so the program did not start until
+    that child ended (here, one that waited for it: both hung 15 s), or never for a daemon."""
+    (tmp_path / "forks.py").write_text(FORKS_THEN_EXECS)
+    (tmp_path / "became.py").write_text(BECAME)
+    rec, store, env = record_here(tmp_path, "forks.py")
+    assert rec.returncode == 0 and "(0 model calls, 3 tool calls)" in rec.stderr, rec.stderr
+    assert sorted(rec.stdout.splitlines()) == ["became 6", "before 4", "sibling 25"], rec.stdout
+    (tmp_path / "became").unlink()
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and "replay ok: 3/3 events matched" in rep.stderr, rep.stderr
+    assert sorted(rep.stdout.splitlines()) == ["became 6", "before 4", "sibling 25"], rep.stdout
+
+
 @pytest.mark.slow
 def test_a_process_started_during_the_wait_is_waited_for(tmp_path: Path) -> None:
     """The wait listed the processes to wait for once, as it began: a worker one of them started
