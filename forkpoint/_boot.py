@@ -247,32 +247,60 @@ def _hold_alive(folder: Path) -> None:
 _ALIVE_NAMES = 64
 
 
+def hold_tree(folder: Path) -> int:
+    """A descriptor of ``folder``'s ``tree`` file under an exclusive flock(2), for the program to
+    inherit (the CLI closes its own copy once the program has started): the lock is held as long as
+    a process that inherited it runs (a shell's background job before it starts forkpoint, a forked
+    child), which :func:`outlived` asks. Raises OSError when the folder cannot hold it."""
+    import fcntl
+
+    fd = os.open(folder / TREE_NAME, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: False) -> list[str]:
     """The pids of the processes of ``folder``'s ``alive-<pid>`` files (:func:`_hold_alive`) that,
     or whose forked children, still run ``grace`` seconds from now (polled every 20 ms), or once
     ``stop()`` is true: the CLI calls it once the program has ended, and returns as soon as none
     runs. The folder is read at each poll: one of them may start another that outlives it (a
-    ``spawn`` worker, a forkserver)."""
+    ``spawn`` worker, a forkserver). While none runs but a process that inherited the program's
+    ``tree`` lock (:func:`hold_tree`) does, up to :data:`STARTING` seconds: it may be a program yet
+    to start forkpoint (``sh -c "a; python b.py &"``); past that, one that does not (a server)."""
     import fcntl
     import time
 
-    deadline = time.monotonic() + grace
+    def held(path: Path) -> bool:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # (gone: nothing to wait for)
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    began = time.monotonic()
     while True:
-        running = []
-        for path in sorted(named(folder, ALIVE_PREFIX)):
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:  # (gone: nothing to wait for)
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                running.append(path)
-            finally:
-                os.close(fd)
-        if not running or time.monotonic() >= deadline or stop():  # (alive-<pid>.<n>: that pid too)
+        running = [p for p in sorted(named(folder, ALIVE_PREFIX)) if held(p)]
+        waited = time.monotonic() - began
+        starting = not running and waited < STARTING and held(folder / TREE_NAME)
+        if not (running or starting) or waited >= grace or stop():  # (alive-<pid>.<n>: that pid too)
             return list(dict.fromkeys(p.name[len(ALIVE_PREFIX) :].partition(".")[0] for p in running))
         time.sleep(0.02)
+
+
+#: In the ``FORKPOINT_REPORT`` folder: ``tree``, whose lock the program's processes inherit (:func:`hold_tree`).
+TREE_NAME = "tree"
+#: How long :func:`outlived` waits for a process that inherited the ``tree`` lock to start forkpoint, in seconds.
+STARTING = 1.0
 
 
 def spawned() -> dict[str, str] | None:

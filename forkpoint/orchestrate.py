@@ -36,6 +36,7 @@ from ._boot import (
     REPLAYING_PREFIX,
     UNREPORTED_PREFIX,
     child_env,
+    hold_tree,
     named,
     outlived,
     read_endings,
@@ -101,11 +102,15 @@ def run_child(
     namespace: Namespace | None = None,
     meanwhile: Callable[[], object] | None = None,
     watch: Callable[[], str | None] | None = None,
+    tree: Path | None = None,
 ) -> Ran:
     """Run ``cmd`` to completion with ``env``; Ctrl-C, SIGTERM and SIGHUP go to the child. With
     ``namespace`` (:func:`forkpoint.netns.confine`) the child enters it before it execs ``cmd``.
     ``meanwhile`` is called once the child runs (work of this process that need not wait for it,
     such as importing what its end needs, overlaps the child's own start-up on another CPU).
+
+    ``tree``: a report folder whose ``tree`` lock the program's processes inherit
+    (:func:`forkpoint._boot.hold_tree`), for :func:`forkpoint._boot.outlived`.
 
     ``watch`` is asked every half second while the child runs: a reason (text) to stop it, which is
     said, and the child is sent SIGTERM (SIGKILL 3 s later, to its process group when it leads
@@ -120,6 +125,12 @@ def run_child(
     from .executors.local import in_task, task_child
 
     task = in_task()
+    held: tuple[int, ...] = ()
+    if tree is not None:
+        try:
+            held = (hold_tree(tree),)
+        except OSError:  # (a full disk: its processes' start is not waited for, as before)
+            pass
     try:
         proc = subprocess.Popen(
             cmd,
@@ -130,6 +141,7 @@ def run_child(
             preexec_fn=namespace.preexec if namespace is not None else None,
             # (an executor's task: its group gets the signals the executor passes on, all of it)
             start_new_session=task,
+            pass_fds=held,
         )
     except OSError as exc:  # (not found, not executable, a directory: as a shell, 127 or 126)
         from .netns import unrun
@@ -141,6 +153,9 @@ def run_child(
             return Ran(code, Captured() if capture else None, Captured(message + "\n"), unrun=why)
         say(message)
         return Ran(code, None, None, unrun=why)
+    finally:
+        for fd in held:  # (the program's processes hold it now, this one not)
+            os.close(fd)
     if namespace is not None:
         namespace.started()
     if task:
@@ -351,7 +366,7 @@ def record_command(
             env["FORKPOINT_WORKSPACE"] = orjson.dumps(
                 {"root": str(ws.root), "include_ignored": include_ignored}
             ).decode()
-        ran = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
+        ran = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close, tree=Path(tmp))
         code, captured = ran.code, ran.out
         out = captured.text() if captured is not None else None
         if ran.unrun:  # (said) it never ran: no empty session is left as `last`, as of a command not found
@@ -673,6 +688,7 @@ def replay_run(
                 namespace=namespace,
                 meanwhile=doubt_signature,
                 watch=watch,
+                tree=Path(tmp),
             )
             code, out, err = ran.code, ran.out, ran.err
             for warning in doubted:

@@ -1558,6 +1558,48 @@ def outliving_program(tmp_path: Path, late: float) -> list[str]:
 
 
 @pytest.mark.slow
+def test_a_program_started_in_the_background_as_the_shell_leaves_is_waited_for(tmp_path: Path) -> None:
+    """`sh -c "a; python b.py &"`: the shell left as it started b, before b's Python started
+    forkpoint, so no process was waited for: b's call was refused after the session's end (which
+    said complete, 1 call of 2), and on replay b's report came after the verdict ("replay ok").
+    The program's processes inherit a lock (`tree`), whose holder is waited for to start forkpoint."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    outliving_program(tmp_path, 0)
+    py = shlex.quote(sys.executable)
+    program = ["sh", "-c", f"{py} early.py; {py} late.py 0.2 &"]
+    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
+    assert rec.returncode == 0 and "(0 model calls, 2 tool calls)" in rec.stderr, rec.stderr
+    session = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).exists()))
+    assert [e["type"] for e in session.events][-3:] == ["tool_call", "tool_call", "end"]
+    assert not session.by_type("end")[0].get("incomplete")
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
+    assert "served to 2 processes" in rep.stderr
+
+
+def test_a_background_process_that_is_not_forkpoints_is_not_waited_for(tmp_path: Path) -> None:
+    """A server the command leaves running (not Python, it starts no forkpoint) holds the inherited
+    lock as long as it runs: the record and its replay end without waiting for it, saying nothing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    outliving_program(tmp_path, 0)
+    pid = tmp_path / "server.pid"
+    py = shlex.quote(sys.executable)
+    program = ["sh", "-c", f"sleep 60 >/dev/null 2>&1 & echo $! > server.pid; {py} early.py"]
+    for args in (["record", "--no-workspace"], ["replay", "last"]):
+        try:
+            done = run([*FORKPOINT, *args, "--store", store, "--", *program], tmp_path, env)
+            assert done.returncode == 0 and "still ran" not in done.stderr, done.stderr
+            os.kill(int(pid.read_text()), 0)  # (the server still runs: forkpoint ended before it)
+        finally:
+            if pid.exists():
+                os.kill(int(pid.read_text()), 9)
+                pid.unlink()
+    assert "replay ok: 1/1 events matched" in done.stderr
+
+
+@pytest.mark.slow
 def test_a_process_that_outlives_the_program_is_waited_for(tmp_path: Path) -> None:
     """A process that ended after the program (a multiprocessing forkserver leaving, which
     writes its report as it goes) was not waited for: its call was appended to the session after
