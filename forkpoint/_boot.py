@@ -269,8 +269,9 @@ def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: Fals
     ``stop()`` is true: the CLI calls it once the program has ended, and returns as soon as none
     runs. The folder is read at each poll: one of them may start another that outlives it (a
     ``spawn`` worker, a forkserver). While none runs but a process that inherited the program's
-    ``tree`` lock (:func:`hold_tree`) does, up to :data:`STARTING` seconds: it may be a program yet
-    to start forkpoint (``sh -c "a; python b.py &"``); past that, one that does not (a server)."""
+    ``tree`` lock (:func:`hold_tree`) does, up to :data:`STARTING` seconds from when the last one
+    ran: it may be a program yet to start forkpoint (``sh -c "a; python b.py &"``, or the next of
+    ``(python a.py; python b.py) &`` once ``a`` ended); past that, one that does not (a server)."""
     import fcntl
     import time
 
@@ -287,11 +288,14 @@ def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: Fals
             os.close(fd)
         return False
 
-    began = time.monotonic()
+    began = quiet = time.monotonic()
     while True:
         running = [p for p in sorted(named(folder, ALIVE_PREFIX)) if held(p)]
-        waited = time.monotonic() - began
-        starting = not running and waited < STARTING and held(folder / TREE_NAME)
+        now = time.monotonic()
+        waited = now - began
+        if running:  # (the next program of a background job starts once this one ended)
+            quiet = now
+        starting = not running and now - quiet < STARTING and held(folder / TREE_NAME)
         if not (running or starting) or waited >= grace or stop():  # (alive-<pid>.<n>: that pid too)
             return list(dict.fromkeys(p.name[len(ALIVE_PREFIX) :].partition(".")[0] for p in running))
         time.sleep(0.02)

@@ -1578,6 +1578,27 @@ def test_a_program_started_in_the_background_as_the_shell_leaves_is_waited_for(t
     assert "served to 2 processes" in rep.stderr
 
 
+@pytest.mark.slow
+def test_the_next_program_of_a_background_job_is_waited_for(tmp_path: Path) -> None:
+    """`sh -c "a; (python b.py; python c.py) &"`: c starts once b ended, more than a second after
+    the shell left, so its start was not waited for (the second counted from the shell's end): c's
+    call was refused after the end of a session that said complete, and the replay said "replay ok"
+    without c's report. The second counts from when the last process that started forkpoint ran."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    outliving_program(tmp_path, 0)
+    py = shlex.quote(sys.executable)
+    program = ["sh", "-c", f"{py} early.py; ({py} late.py 1.5; {py} late.py 0) &"]
+    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
+    assert rec.returncode == 0 and "(0 model calls, 3 tool calls)" in rec.stderr, rec.stderr
+    session = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).exists()))
+    assert [e["type"] for e in session.events][-4:] == ["tool_call", "tool_call", "tool_call", "end"]
+    assert not session.by_type("end")[0].get("incomplete")
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and "replay ok: 3/3 events matched" in rep.stderr, rep.stderr
+    assert "served to 3 processes" in rep.stderr
+
+
 def test_a_background_process_that_is_not_forkpoints_is_not_waited_for(tmp_path: Path) -> None:
     """A server the command leaves running (not Python, it starts no forkpoint) holds the inherited
     lock as long as it runs: the record and its replay end without waiting for it, saying nothing."""
