@@ -251,7 +251,9 @@ def hold_tree(folder: Path) -> int:
     """A descriptor of ``folder``'s ``tree`` file under an exclusive flock(2), for the program to
     inherit (the CLI closes its own copy once the program has started): the lock is held as long as
     a process that inherited it runs (a shell's background job before it starts forkpoint, a forked
-    child), which :func:`outlived` asks. Raises OSError when the folder cannot hold it."""
+    child), which :func:`outlived` asks. It is :data:`TREE_FD` or the first free one above (the
+    lowest free one where the limit of open files is lower). Raises OSError when the folder cannot
+    hold it."""
     import fcntl
 
     fd = os.open(folder / TREE_NAME, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
@@ -260,7 +262,12 @@ def hold_tree(folder: Path) -> int:
     except OSError:
         os.close(fd)
         raise
-    return fd
+    try:
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, TREE_FD)
+    except OSError:  # (TREE_FD is past the limit of open files, or none is free above it)
+        return fd
+    os.close(fd)  # (the lock is the open file's, which the copy keeps)
+    return high
 
 
 def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: False) -> list[str]:
@@ -303,6 +310,11 @@ def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: Fals
 
 #: In the ``FORKPOINT_REPORT`` folder: ``tree``, whose lock the program's processes inherit (:func:`hold_tree`).
 TREE_NAME = "tree"
+#: The lowest descriptor the program's processes inherit the ``tree`` lock at (:func:`hold_tree`):
+#: a shell script names its own 3 to 9 (``exec 3>&1``, ``exec 4<file``), closing what was there,
+#: and a shell takes the free ones from 10 for itself; the lowest free one (4 or 5, as forkpoint
+#: had opened) was closed so, and the lock let go before a background job started forkpoint.
+TREE_FD = 100
 #: How long :func:`outlived` waits for a process that inherited the ``tree`` lock to start forkpoint, in seconds.
 STARTING = 1.0
 

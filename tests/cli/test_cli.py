@@ -1599,6 +1599,24 @@ def test_the_next_program_of_a_background_job_is_waited_for(tmp_path: Path) -> N
     assert "served to 3 processes" in rep.stderr
 
 
+def test_a_shell_redirecting_its_own_descriptors_keeps_the_inherited_lock(tmp_path: Path) -> None:
+    """A script redirects descriptors 3 to 9 by number (`exec 4>log`); the lock's was the lowest free
+    one (4 when recording, 5 on replay), so the shell closed it and its background program's start
+    was not waited for: its call was refused after the end of a session that said complete, and
+    the replay said "replay ok" without its report. The lock is passed at 100 or above."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    outliving_program(tmp_path, 0)
+    py = shlex.quote(sys.executable)
+    fds = " ".join(f"{n}>/dev/null" for n in range(3, 10))
+    program = ["sh", "-c", f"exec {fds}; {py} early.py; {py} late.py 0.2 &"]
+    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
+    assert rec.returncode == 0 and "(0 model calls, 2 tool calls)" in rec.stderr, rec.stderr
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
+    assert "served to 2 processes" in rep.stderr
+
+
 def test_a_background_process_that_is_not_forkpoints_is_not_waited_for(tmp_path: Path) -> None:
     """A server the command leaves running (not Python, it starts no forkpoint) holds the inherited
     lock as long as it runs: the record and its replay end without waiting for it, saying nothing."""
