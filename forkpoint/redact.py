@@ -173,6 +173,89 @@ _CLIENTS: tuple[_Client, ...] = (
     ),
 )
 _COMMAND_WORDS = max(1 + len(c.words) for c in _CLIENTS)
+
+
+class _Wrapper(NamedTuple):
+    """A command that runs the command after its own options and operands (``sudo docker login``)."""
+
+    #: Its options whose value is the next item (``sudo -u USER``); any other is a switch, or its
+    #: value glued on (``-uUSER``, ``--user=USER``).
+    valued: frozenset[str]
+    #: How many operands come before the command it runs (``timeout DURATION``).
+    operands: int = 0
+    #: Whether ``NAME=VALUE`` items may come before the command (``env X=1``, ``sudo X=1``).
+    assignments: bool = False
+
+
+#: Wrappers by name: a client after them (``["sudo", "docker", "login", "-p", PW]``,
+#: ``["env", "X=1", "htpasswd", "-b", …]``) is read as at the list's start.
+_WRAPPERS: dict[str, _Wrapper] = {
+    "sudo": _Wrapper(
+        frozenset(
+            "-C -D -g -p -R -r -T -t -U -u --close-from --chdir --group --prompt --chroot --role"
+            " --command-timeout --type --other-user --user".split()
+        ),
+        assignments=True,
+    ),
+    "doas": _Wrapper(frozenset({"-C", "-u"})),
+    "env": _Wrapper(frozenset({"-u", "-C", "-S", "--unset", "--chdir", "--split-string"}), assignments=True),
+    "timeout": _Wrapper(frozenset({"-s", "-k", "--signal", "--kill-after"}), operands=1),
+    "nice": _Wrapper(frozenset({"-n", "--adjustment"})),
+    "nohup": _Wrapper(frozenset()),
+    "setsid": _Wrapper(frozenset()),
+    "command": _Wrapper(frozenset()),
+    "exec": _Wrapper(frozenset({"-a"})),
+    "time": _Wrapper(frozenset({"-f", "-o", "--format", "--output"})),
+    "stdbuf": _Wrapper(frozenset({"-i", "-o", "-e", "--input", "--output", "--error"})),
+    "ionice": _Wrapper(frozenset({"-c", "-n", "--class", "--classdata"})),
+    "xargs": _Wrapper(
+        frozenset(
+            "-a -d -E -I -L -n -P -s --arg-file --delimiter --max-lines --max-args --max-procs"
+            " --max-chars --process-slot-var".split()
+        )
+    ),
+    "watch": _Wrapper(frozenset({"-n", "--interval"})),
+    "runuser": _Wrapper(frozenset({"-u", "-g", "-G", "--user", "--group", "--supp-group"})),
+}
+
+
+#: A shell variable's assignment before a command (``env X=1 cmd``).
+_ASSIGNMENT = compiled_later(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _wrapped_command(items: Sequence[Any]) -> int:
+    """The index of the command that the wrappers starting ``items`` run (:data:`_WRAPPERS`,
+    ``["sudo", "-u", "ci", "timeout", "5", "mysql", …]``: 5), 0 where the first item is none; the
+    list's length where they run nothing. A cluster of switches ends at an option that takes a
+    value (``sudo -Eu ci``: ``-u``'s is the next item; ``-uci``: glued on), as getopt reads it."""
+    at = 0
+    while at < len(items) and type(items[at]) is str:
+        wrapper = _WRAPPERS.get(items[at].rsplit("/", 1)[-1])
+        if wrapper is None:
+            return at
+        at += 1
+        while at < len(items) and type(items[at]) is str and items[at][:1] == "-":
+            arg = items[at]
+            at += 1
+            if arg == "--":
+                break
+            if arg in wrapper.valued:
+                at += 1
+            elif arg[1:2] not in ("", "-"):  # (a cluster: the first letter that takes a value ends it)
+                valued = [j for j in range(1, len(arg)) if "-" + arg[j] in wrapper.valued]
+                if valued and valued[0] == len(arg) - 1:  # (its value the next item, not glued on)
+                    at += 1
+        at += wrapper.operands
+        while (
+            wrapper.assignments
+            and at < len(items)
+            and type(items[at]) is str
+            and _ASSIGNMENT.match(items[at])
+        ):
+            at += 1
+    return min(at, len(items))
+
+
 #: openssl's options whose value is a password's source (``pass:PASSWORD``, ``env:VAR``, ``file:…``),
 #: after one dash or two, the value the next argument or glued on with ``=``.
 _OPENSSL_PASS_OPTIONS = frozenset({"pass", "passin", "passout", "password"})
@@ -2425,20 +2508,28 @@ class Scrubber:
         if str not in map(type, items[start:]):
             return found
         options = [i for i in range(start, len(items)) if type(items[i]) is str and items[i][:1] == "-"]
-        command = [items[0].rsplit("/", 1)[-1] if type(items[0]) is str else "", *items[1:_COMMAND_WORDS]]
+        # (the command a wrapper runs, sudo's or env's: its items are read as a list's from its start)
+        begin = _wrapped_command(items)
+        first = items[begin] if begin < len(items) else None
+        command = [
+            first.rsplit("/", 1)[-1] if type(first) is str else "",
+            *items[begin + 1 : begin + _COMMAND_WORDS],
+        ]
         if command[0] == "aws":  # (aws configure set NAME VALUE: no option tells)
             found |= self._aws_secrets(items)
         if not options:
             return found
         if command[0] == "htpasswd":
-            found |= self._htpasswd_password(items)
+            found |= self._htpasswd_password(items, begin)
         spaced, glued, user, own = frozenset[str](), frozenset[str](), False, len(items)
         for client in _CLIENTS:
             if command[0] in client.names and command[1 : 1 + len(client.words)] == list(client.words):
                 spaced, glued, user = client.spaced, client.glued, client.user
                 if client.wraps:  # (its own options end at the command it runs: the first other word)
                     operands = (
-                        j for j in range(1, own) if str(items[j])[:1] != "-" and items[j - 1] not in spaced
+                        j
+                        for j in range(begin + 1, own)
+                        if str(items[j])[:1] != "-" and items[j - 1] not in spaced
                     )
                     own = next(operands, own)
         for i in options:
@@ -2451,15 +2542,16 @@ class Scrubber:
             nxt = items[at] if at < len(items) and type(items[at]) is str else ""
             short = arg[:2]
             name, eq, joined = arg.partition("=")
-            if i < own and short in glued and len(arg) > 2 and arg[2] != "=" and i not in found:
+            # (a wrapper's own options are not the client's: sudo -p PROMPT)
+            if begin < i < own and short in glued and len(arg) > 2 and arg[2] != "=" and i not in found:
                 value = self._command_password(arg[2:], user=user)
                 if value is not None:
                     found[i] = (short + value, short)
-            elif i < own and eq and joined and name in spaced and i not in found:  # (--body=VALUE)
+            elif begin < i < own and eq and joined and name in spaced and i not in found:  # (--body=VALUE)
                 value = self._command_password(joined, user=user)
                 if value is not None:
                     found[i] = (name + eq + value, name)
-            elif i < own and arg in spaced and nxt:
+            elif begin < i < own and arg in spaced and nxt:
                 value = self._command_password(nxt, user=user)
                 if value is not None:
                     found[at] = (value, arg)
@@ -2481,11 +2573,12 @@ class Scrubber:
         password = self._command_password(value[5:], user=False)
         return "pass:" + password if password is not None else None
 
-    def _htpasswd_password(self, items: Sequence[Any]) -> dict[int, tuple[str, str]]:
+    def _htpasswd_password(self, items: Sequence[Any], begin: int = 0) -> dict[int, tuple[str, str]]:
         """htpasswd -b's password, by index, as (what it is stored as, ``-b``): its last operand,
         the third (``FILE USER PASSWORD``) or with -n the second; as in text (``command-password``),
-        the options come first, -C's and -r's number after them."""
-        letters, i = "", 1
+        the options come first, -C's and -r's number after them. ``begin``: htpasswd's index (after
+        a wrapper's items, :func:`_wrapped_command`)."""
+        letters, i = "", begin + 1
         while i < len(items) and type(items[i]) is str and items[i][:1] == "-" and len(items[i]) > 1:
             letters += items[i][1:]
             if items[i][-1] in "Cr" and i + 1 < len(items) and str(items[i + 1]).isdigit():

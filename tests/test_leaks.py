@@ -47,6 +47,16 @@ LEAKS: dict[str, tuple[str, str]] = {
     "mysql": (_r(15), "mysql -h 127.0.0.1 -u root -p{s} app"),
     "curl_user": (_r(15), "curl -u deploy:{s} https://127.0.0.1/v1"),
     "sshpass": (_r(15), "sshpass -p {s} ssh deploy@127.0.0.1 uptime"),
+    # (a client after a wrapper that runs it: sudo's, env's, timeout's, nice's, nohup's, xargs's)
+    "sudo_docker_login": (_r(15), "sudo docker login -u ci -p {s} 127.0.0.1:5000"),
+    "env_htpasswd": (_r(15), "env LC_ALL=C htpasswd -b /etc/nginx/.htpasswd admin {s}"),
+    "timeout_mysql": (_r(15), "timeout 30 mysql -h 127.0.0.1 -u root -p{s} app"),
+    "nice_sshpass": (_r(15), "nice -n 5 sshpass -p {s} ssh deploy@127.0.0.1 uptime"),
+    "sudo_redis_cli": (_r(15), "sudo -u redis redis-cli -a {s} ping"),
+    "nohup_gh_secret": (_r(19), "nohup gh secret set DEPLOY_KEY --body {s}"),
+    "xargs_curl": (_r(15), "xargs -n 1 curl -u deploy:{s}"),
+    "sudo_aws_configure": (_r(39), "sudo -E aws configure set aws_secret_access_key {s}"),
+    "wrappers_chained": (_r(15), "sudo -Eu ci env X=1 timeout -s KILL 5 docker login -u ci -p {s}"),
     "url_hash": (_r(7) + "#" + _r(7), "postgres://app:{s}@127.0.0.1:5432/prod"),
     "url_slashes": (_r(7) + "//" + _r(7), "https://app:{s}@127.0.0.1/x"),
     "xml_password": (_r(15), "<server>\n  <username>ci</username>\n  <password>{s}</password>\n</server>"),
@@ -94,6 +104,15 @@ COMMANDS = [
     "mysql",
     "curl_user",
     "sshpass",
+    "sudo_docker_login",
+    "env_htpasswd",
+    "timeout_mysql",
+    "nice_sshpass",
+    "sudo_redis_cli",
+    "nohup_gh_secret",
+    "xargs_curl",
+    "sudo_aws_configure",
+    "wrappers_chained",
 ]
 
 #: Text that looks like the shapes above and holds no secret: a directory (the shell's PWD and
@@ -133,6 +152,23 @@ def test_a_secret_on_a_command_line_is_scrubbed_from_its_argv(name: str) -> None
     # (only the items that hold it change, and a second scrub changes nothing: a replay's match key)
     assert [a for a, b in zip(argv, out, strict=True) if a != b] == [a for a in argv if SECRETS[name] in a]
     assert scrub_argv(out) == out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # (sudo's -p is its prompt; docker reads the password from stdin)
+        ["sudo", "-p", "Password for %u:", "docker", "login", "-u", "ci", "--password-stdin"],
+        # (mysql -p DB asks for DB's password; ssh's -p is a port, after the command sshpass runs)
+        ["sudo", "-u", "ci", "nice", "-n", "5", "mysql", "-p", "app"],
+        ["timeout", "5", "sshpass", "-f", "pw.txt", "ssh", "-p", "2222", "deploy@127.0.0.1"],
+        ["env", "-u", "HOME", "X=1", "docker", "run", "-p", "8080:80", "nginx"],
+    ],
+)
+def test_a_wrappers_options_are_not_its_commands(argv: list[str]) -> None:
+    """A client after a wrapper is read as at the list's start, its options only: the wrapper's own
+    (sudo -p PROMPT) and those of the command the client runs are no password."""
+    assert scrub_argv(argv) == argv
 
 
 @forkpoint.tool
