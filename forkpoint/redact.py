@@ -118,7 +118,7 @@ class _Client(NamedTuple):
 
     #: The program's names (the first a prefix of the others: what its shape in text is found at).
     names: tuple[str, ...]
-    #: The words after its name (``docker login``).
+    #: The words after its name (``docker login``), as regexes (``openssl``'s cipher: ``aes-256-cbc``).
     words: tuple[str, ...]
     #: In argv: the options whose next item is the password, and those that may hold it glued on (``-pPW``).
     spaced: frozenset[str]
@@ -170,6 +170,17 @@ _CLIENTS: tuple[_Client, ...] = (
         False,
         False,
         r"(?:--body(?:=|[ \t]+)|-b[ \t]*)",
+    ),
+    # (openssl enc's password, -k PASSWORD, and key, -K HEX, of enc or a cipher's command, openssl
+    # aes-256-cbc: the only ones with a -k or -K; -kfile's value is a file's name)
+    _Client(
+        ("openssl",),
+        (r"(?:enc|(?:aes|aria|camellia|des|sm4|bf|cast|rc2|rc4|seed|idea|chacha)[A-Za-z0-9\-]*)",),
+        frozenset({"-k", "-K"}),
+        frozenset(),
+        False,
+        False,
+        r"-[kK][ \t]+",
     ),
 )
 _COMMAND_WORDS = max(1 + len(c.words) for c in _CLIENTS)
@@ -2523,7 +2534,14 @@ class Scrubber:
             found |= self._htpasswd_password(items, begin)
         spaced, glued, user, own = frozenset[str](), frozenset[str](), False, len(items)
         for client in _CLIENTS:
-            if command[0] in client.names and command[1 : 1 + len(client.words)] == list(client.words):
+            said = command[1 : 1 + len(client.words)]
+            if (
+                command[0] in client.names
+                and len(said) == len(client.words)
+                and all(
+                    type(c) is str and re.fullmatch(w, c) for w, c in zip(client.words, said, strict=True)
+                )
+            ):
                 spaced, glued, user = client.spaced, client.glued, client.user
                 if client.wraps:  # (its own options end at the command it runs: the first other word)
                     operands = (

@@ -41,6 +41,13 @@ LEAKS: dict[str, tuple[str, str]] = {
     "openssl_passout": (_r(15), "openssl pkcs12 -export -in c.pem -passout 'pass:{s}' -out c.p12"),
     # (openssl 3 reads -passin=VALUE and --passin VALUE as -passin VALUE)
     "openssl_passin_equals": (_r(15), "openssl rsa -in k.pem -passin=pass:{s} --passout pass:{s} -aes256"),
+    # (openssl enc's -k PASSWORD and -K KEY, of enc or a cipher's own command)
+    "openssl_k": (_r(15), "openssl enc -aes-256-cbc -salt -in a.tar -out a.tar.enc -k {s}"),
+    "openssl_cipher_k": (_r(7) + " " + _r(7), "openssl aes-256-cbc -d -in a.tar.enc -out a.tar -k '{s}'"),
+    "openssl_key_hex": (
+        "5f4dcc3b5aa765d61d8327deb882cf99",
+        "openssl enc -aes-128-cbc -K {s} -iv 000102030405060708090a0b0c0d0e0f -in f -out f.enc",
+    ),
     # (an option named for a password, not openssl's: its value whatever it holds)
     "password_option": (_r(15), "deploy --password {s} --host 127.0.0.1"),
     "htpasswd_cost": (_r(15), "htpasswd -bC 12 /etc/nginx/.htpasswd admin {s}"),
@@ -99,6 +106,9 @@ COMMANDS = [
     "openssl_pass",
     "openssl_passout",
     "openssl_passin_equals",
+    "openssl_k",
+    "openssl_cipher_k",
+    "openssl_key_hex",
     "password_option",
     "htpasswd_cost",
     "mysql",
@@ -134,6 +144,9 @@ KEPT = [
     'def login(password):\n    """Log in.\n\n    password = the user\'s\n    """\n',
     'print("""Set your token = """)\nx = 1\nhelp = """\nUsage\n"""\n',
     'USAGE = """Set PASSWORD = """\nNEXT = """\nmore\n"""\n',
+    # (openssl's -kfile names a file; curl's -k, after another command, is a switch)
+    "openssl enc -aes-256-cbc -kfile /run/secrets/backup.key -in a.tar -out a.tar.enc",
+    "openssl s_client -connect 127.0.0.1:443 </dev/null; curl -k https://127.0.0.1/health",
 ]
 
 
@@ -163,6 +176,8 @@ def test_a_secret_on_a_command_line_is_scrubbed_from_its_argv(name: str) -> None
         ["sudo", "-u", "ci", "nice", "-n", "5", "mysql", "-p", "app"],
         ["timeout", "5", "sshpass", "-f", "pw.txt", "ssh", "-p", "2222", "deploy@127.0.0.1"],
         ["env", "-u", "HOME", "X=1", "docker", "run", "-p", "8080:80", "nginx"],
+        # (openssl's -kfile names a file: its value no password, as -k's is)
+        ["sudo", "openssl", "enc", "-d", "-aes-256-cbc", "-kfile", "/run/secrets/backup.key", "-in", "a"],
     ],
 )
 def test_a_wrappers_options_are_not_its_commands(argv: list[str]) -> None:
