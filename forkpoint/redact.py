@@ -465,6 +465,10 @@ _NAME_ANCHORS = tuple(
     "pass secret token api access private _key credential client auth refresh session bearer _pass _pwd"
     " sshpass rediscli_auth".split()
 )
+#: A type annotation between a name and its ``=`` (Python's ``password: str = …``, ``Final[str]``,
+#: ``str | None``; TypeScript's and Kotlin's ``: string =``), not a comparison's ``==``.
+_TYPE = r"[A-Za-z_][A-Za-z0-9_.]{0,60}(?:\[[A-Za-z0-9_., |\[\]]{0,80}\])?"
+_ANNOTATED = r"[ \t]*:[ \t]*" + _TYPE + r"(?:[ \t]*\|[ \t]*" + _TYPE + r"){0,3}[ \t]*=(?!=)"
 #: A character of a triple-quoted literal's value that is no blank (an escape as one).
 _TRIPLE_QUOTED_CHAR = r"(?:(?!(?P=q))[^\\\s]|\\[\s\S])"
 _OTHER_AUTHORIZATION = (
@@ -639,7 +643,9 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
         r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
         r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
-        r"[ \t]*[=:](?:[ \t]*(?P<t>(?:\\?\"){3}|''')|(?:[ \t]*\\{0,2}[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
+        r"(?:"
+        + _ANNOTATED
+        + r"|[ \t]*[=:])(?:[ \t]*(?P<t>(?:\\?\"){3}|''')|(?:[ \t]*\\{0,2}[ \t\r]*\n(?=\t|  ))?[ \t]*\\?(?P<q>[\"']))"
         r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)(?(t)(?P=t)|\\?(?P=q))",
     ),
     # Code: a token's name (token = "…", query_token = '…', refreshToken: "…", token = """…"""; not one of
@@ -651,7 +657,11 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
         + _NOT_SECRET_TOKEN_BEFORE
         + r"(?i:token)(?![A-Za-z0-9_])"
-        r"[ \t]*[=:][ \t]*\\?(?P<q>\"\"\"|'''|[\"'])(?P<s>" + _RANDOM_VALUE + r")\\?(?P=q)",
+        r"(?:"
+        + _ANNOTATED
+        + r"|[ \t]*[=:])[ \t]*\\?(?P<q>\"\"\"|'''|[\"'])(?P<s>"
+        + _RANDOM_VALUE
+        + r")\\?(?P=q)",
     ),
     # Terraform: a variable named for a credential (variable "db_password" { … }), its default.
     (
@@ -711,7 +721,9 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         + _UNQUOTED_NAME
         + "|"
         + _LOWER_NAME
-        + r")(?:[ \t]*=|[\"'][ \t]*:)[ \t]*[rRbBuU]{0,2}(?P<q>\"\"\"|''')"
+        + r")(?:"
+        + _ANNOTATED
+        + r"|[ \t]*=|[\"'][ \t]*:)[ \t]*[rRbBuU]{0,2}(?P<q>\"\"\"|''')"
         r"(?=(?:(?!(?P=q))[^\n\\]|\\[^\n])*\n)(?![ \t]*[)\],;}+.])\s*"
         r"(?P<s>" + _TRIPLE_QUOTED_CHAR + r"(?:(?:(?!(?P=q))[^\\]|\\[\s\S])*?" + _TRIPLE_QUOTED_CHAR + r")?)"
         r"(?<!\s[=(\[{,:+])(?<![(\[{,])\s*(?P=q)(?=[ \t]*(?:[,)\]};#]|\r?\n|$))",

@@ -80,6 +80,12 @@ LEAKS: dict[str, tuple[str, str]] = {
         _r(15) + "\n    " + _r(15),
         "class Config:\n    api_token = r'''\n    {s}\n    '''\n    debug = True\n",
     ),
+    # (annotated: Python's NAME: TYPE = …, TypeScript's const NAME: string = …)
+    "annotated_triple": (_r(15), 'password: str = """{s}"""'),
+    "annotated_triple_lines": (_r(15) + "\n" + _r(15), 'db_password: Final[str] = """{s}"""\nDEBUG = 1\n'),
+    "annotated_quoted": (_r(15), 'api_key: str | None = "{s}"'),
+    "annotated_token": (_r(23), "token: str = '{s}'"),
+    "annotated_typescript": (_r(15), 'const dbPassword: string = "{s}";'),
     "terraform": (
         _r(15),
         'variable "db_password" {{\n  type      = string\n  sensitive = true\n  default   = "{s}"\n}}\n',
@@ -144,6 +150,10 @@ KEPT = [
     'def login(password):\n    """Log in.\n\n    password = the user\'s\n    """\n',
     'print("""Set your token = """)\nx = 1\nhelp = """\nUsage\n"""\n',
     'USAGE = """Set PASSWORD = """\nNEXT = """\nmore\n"""\n',
+    # (annotated: an empty default, no literal, a tokenizer's special token)
+    'def connect(host: str, password: str = "") -> None:',
+    "password: str | None = None",
+    'eos_token: str = "<|endoftext|>"',
     # (openssl's -kfile names a file; curl's -k, after another command, is a switch)
     "openssl enc -aes-256-cbc -kfile /run/secrets/backup.key -in a.tar -out a.tar.enc",
     "openssl s_client -connect 127.0.0.1:443 </dev/null; curl -k https://127.0.0.1/health",
