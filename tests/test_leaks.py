@@ -70,6 +70,9 @@ LEAKS: dict[str, tuple[str, str]] = {
     "xml_secret": (_r(15), "<client><secret>{s}</secret></client>"),
     "json_pass": (_r(15), '{{"user": "ada", "pass": "{s}"}}'),
     "json_pwd": (_r(15), '{{"uid": "sa", "pwd": "{s}"}}'),
+    # (under a name whose credential word is pass alone: a value no plain lower-case word)
+    "smtp_pass": (_r(15), "SMTP_PASS={s}\n"),
+    "json_db_pass": ("hunter" + _r(3), '{{"db_pass": "{s}"}}'),
     "json_passwd": (_r(15), '{{"user": "ada", "passwd": "{s}"}}'),
     "json_secret_key": (_r(15), '{{"access_key": "ada", "secret_key": "{s}"}}'),
     "multiline_env": (_r(15) + "\n" + _r(15), 'PASSWORD="{s}"\nDEBUG=1\n'),
@@ -154,6 +157,15 @@ KEPT = [
     'def connect(host: str, password: str = "") -> None:',
     "password: str | None = None",
     'eos_token: str = "<|endoftext|>"',
+    # (pass names a compiler's pass, a test's, a filter's band: a plain lower-case word under it)
+    "COMPILER_PASS=lowering",
+    'FINAL_PASS="inline"\n',
+    '{"btype": "lowpass", "pass": "bandpass"}',
+    '{"guardrail": "pii-guard", "on_pass": "next", "on_fail": "block"}',
+    # (a .NET assembly's public key token, a hash of its public key; a pagination cursor)
+    "System.Text.Json, Version=8.0.0.0, Culture=neutral, PublicKeyToken=cc7b13ffcd2ddd51",
+    '<assemblyIdentity name="Microsoft.VC90.CRT" version="9.0.21022.8" publicKeyToken="1fc8b3b9a1e18e3b"/>',
+    'nextPageToken = "CgNhYmMSBGRlZjEyMzQ1Njc4OTA"',
     # (openssl's -kfile names a file; curl's -k, after another command, is a switch)
     "openssl enc -aes-256-cbc -kfile /run/secrets/backup.key -in a.tar -out a.tar.enc",
     "openssl s_client -connect 127.0.0.1:443 </dev/null; curl -k https://127.0.0.1/health",
@@ -230,6 +242,16 @@ def test_text_like_a_secret_is_kept(text: str) -> None:
 def test_a_directory_named_pwd_in_json_data_is_kept() -> None:
     env = {"PWD": "/home/ada/project", "OLDPWD": "/tmp", "pwd": "~/src"}
     assert scrub_json(env) == env
+
+
+def test_a_word_under_pass_and_a_public_key_token_in_json_data_are_kept() -> None:
+    """``pass`` names a filter's band, a test's or a compiler's pass as often as a password: a plain
+    lower-case word under it is kept, as a .NET assembly's public key token (a hash of its public
+    key) is; a password under the same keys is replaced."""
+    data = {"btype": "pass", "pass": "bandpass", "on_pass": "next", "publicKeyToken": "b77a5c561934e089"}
+    assert scrub_json(data) == data
+    secrets = {"pass": "S3cr3t-Xq9vT2mLp8", "on_pass": "hunter22", "DB_PASS": "Hunter"}
+    assert all(v.startswith("[REDACTED:secret-field:") for v in scrub_json(secrets).values())
 
 
 def test_credentials_under_pass_pwd_and_secret_key_in_json_data_are_scrubbed() -> None:
