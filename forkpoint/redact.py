@@ -2566,13 +2566,11 @@ class Scrubber:
             found |= self._htpasswd_password(items, begin)
         spaced, glued, user, own = frozenset[str](), frozenset[str](), False, len(items)
         for client in _CLIENTS:
+            if command[0] not in client.names:
+                continue
             said = command[1 : 1 + len(client.words)]
-            if (
-                command[0] in client.names
-                and len(said) == len(client.words)
-                and all(
-                    type(c) is str and re.fullmatch(w, c) for w, c in zip(client.words, said, strict=True)
-                )
+            if len(said) == len(client.words) and all(
+                type(c) is str and re.fullmatch(w, c) for w, c in zip(client.words, said, strict=True)
             ):
                 spaced, glued, user = client.spaced, client.glued, client.user
                 if client.wraps:  # (its own options end at the command it runs: the first other word)
