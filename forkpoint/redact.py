@@ -375,17 +375,12 @@ SECRET_KEY_SUFFIXES: tuple[str, ...] = (
 #: JSON object keys that are credentials' whole (a suffix of many a key that is none: bypass).
 SECRET_KEYS = frozenset({"pass", "pwd"})
 
-#: A value that is one lower-case word, letters only (``lowering``, ``bandpass``, ``next``): under a
-#: name whose only credential word is ``pass`` (``pass``, ``…_pass``, ``COMPILER_PASS``), which
-#: names a compiler's pass, a test's, a filter's band as often as a password, no password.
-_WORD = r"[a-z]+"
-_WORD_RE = compiled_later(_WORD)
 #: Before a name's ``token``: not one of :data:`NOT_SECRET_TOKENS`, in any case (``nextPageToken``).
 _NOT_SECRET_TOKEN_BEFORE = (
     "(?i:" + "".join(f"(?<!{w.removesuffix('token')})" for w in NOT_SECRET_TOKENS) + ")"
 )
 _FIELD_WORDS = (
-    r"(?i:password|passwd|passphrase|secret(?:[_\-]?key)?|(?<![A-Za-z0-9])(?:(?P<p>pass)|(?P<d>pwd))"
+    r"(?i:password|passwd|passphrase|secret(?:[_\-]?key)?|(?<![A-Za-z0-9])(?:pass|(?P<d>pwd))"
     r"|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
     r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])" + _NOT_SECRET_TOKEN_BEFORE + r"token)"
 )
@@ -428,7 +423,7 @@ _DIRECTORY = r"[\"']?[/~]"
 #: clients' own SSHPASS and REDISCLI_AUTH).
 _UNQUOTED_NAME = (
     r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
-    r"|CREDENTIALS?|(?P<w>_PASS)|_PWD(?![A-Za-z0-9]|\s*[=:][ \t]*"
+    r"|CREDENTIALS?|_PASS|_PWD(?![A-Za-z0-9]|\s*[=:][ \t]*"
     + _DIRECTORY
     + r")|SSHPASS|REDISCLI_AUTH)(?![A-Za-z0-9])"
 )
@@ -451,7 +446,6 @@ _TWILIO_PREFIXES = ("AC", "SK")
 #: Three shapes of the table below (:data:`_DEAD_ENDS` names them).
 _UNQUOTED_ASSIGNMENT = (
     _UNQUOTED_NAME + r"\s*(?:=|:(?:" + _NEXT_LINE_VALUE + r")?)[ \t]*[\"']?"
-    r"(?(w)(?!" + _WORD + _VALUE_END + r"))"
     r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil|Final)(?:[\s\"'#;&\[]|$))"
     r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END
 )
@@ -629,12 +623,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("pass", "secret", "api", "access", "private", "credential", "auth", "token", "pwd"),
         # (unescaped, the value to its closing quote, escapes and all: "pa\"ss", "pa\\ss"; a pwd's
         # not a directory's path: the shell's PWD, in an environment's dump)
-        _FIELD_WORDS
-        + r"(?P<e>\\)?[\"']\s*:\s*\\?(?P<fq>[\"'])(?(d)(?!"
-        + _DIRECTORY
-        + r"))(?(p)(?!"
-        + _WORD
-        + r"\\?(?P=fq)))"
+        _FIELD_WORDS + r"(?P<e>\\)?[\"']\s*:\s*\\?(?P<fq>[\"'])(?(d)(?!" + _DIRECTORY + r"))"
         r"(?P<s>(?(e)[^\"'\\\r\n]+|(?:(?!(?P=fq))[^\\\r\n]|\\[^\r\n])+))\\?(?P=fq)",
     ),
     # XML: an element named for a password or a secret (Maven's <password>, <db_password>,
@@ -1894,14 +1883,8 @@ class Scrubber:
 
     def _secret_value(self, key: str, value: str) -> bool:
         """Whether ``value``, a string under ``key``, is a credential by its key's name: not a
-        directory's path under a pwd's (the shell's PWD, in an environment's dump), nor a word
-        under a pass's (:data:`_WORD`: ``{"pass": "bandpass"}``, ``{"on_pass": "next"}``)."""
-        if not self._secret_key(key):
-            return False
-        k = key.lower()
-        if k.endswith("pwd"):
-            return not value.startswith(("/", "~"))
-        return not (k.endswith("pass") and _WORD_RE.fullmatch(value))
+        directory's path under a pwd's (the shell's PWD, in an environment's dump)."""
+        return self._secret_key(key) and not (value.startswith(("/", "~")) and key.lower().endswith("pwd"))
 
     def _named_credential(self, value: dict[Any, Any]) -> bool:
         """Whether an object's ``"value"`` is a credential its ``"name"`` names (a credential-named

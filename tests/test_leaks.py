@@ -70,9 +70,12 @@ LEAKS: dict[str, tuple[str, str]] = {
     "xml_secret": (_r(15), "<client><secret>{s}</secret></client>"),
     "json_pass": (_r(15), '{{"user": "ada", "pass": "{s}"}}'),
     "json_pwd": (_r(15), '{{"uid": "sa", "pwd": "{s}"}}'),
-    # (under a name whose credential word is pass alone: a value no plain lower-case word)
+    # (under a name whose credential word is pass alone, a plain lower-case word too: a default
+    # password, changeme, postgres, is one)
     "smtp_pass": (_r(15), "SMTP_PASS={s}\n"),
     "json_db_pass": ("hunter" + _r(3), '{{"db_pass": "{s}"}}'),
+    "db_pass_word": ("changeme", "DB_PASS={s}\n"),
+    "json_pass_word": ("letmein", '{{"user": "ada", "pass": "{s}"}}'),
     "json_passwd": (_r(15), '{{"user": "ada", "passwd": "{s}"}}'),
     "json_secret_key": (_r(15), '{{"access_key": "ada", "secret_key": "{s}"}}'),
     "multiline_env": (_r(15) + "\n" + _r(15), 'PASSWORD="{s}"\nDEBUG=1\n'),
@@ -157,11 +160,6 @@ KEPT = [
     'def connect(host: str, password: str = "") -> None:',
     "password: str | None = None",
     'eos_token: str = "<|endoftext|>"',
-    # (pass names a compiler's pass, a test's, a filter's band: a plain lower-case word under it)
-    "COMPILER_PASS=lowering",
-    'FINAL_PASS="inline"\n',
-    '{"btype": "lowpass", "pass": "bandpass"}',
-    '{"guardrail": "pii-guard", "on_pass": "next", "on_fail": "block"}',
     # (a .NET assembly's public key token, a hash of its public key; a pagination cursor)
     "System.Text.Json, Version=8.0.0.0, Culture=neutral, PublicKeyToken=cc7b13ffcd2ddd51",
     '<assemblyIdentity name="Microsoft.VC90.CRT" version="9.0.21022.8" publicKeyToken="1fc8b3b9a1e18e3b"/>',
@@ -244,14 +242,15 @@ def test_a_directory_named_pwd_in_json_data_is_kept() -> None:
     assert scrub_json(env) == env
 
 
-def test_a_word_under_pass_and_a_public_key_token_in_json_data_are_kept() -> None:
-    """``pass`` names a filter's band, a test's or a compiler's pass as often as a password: a plain
-    lower-case word under it is kept, as a .NET assembly's public key token (a hash of its public
-    key) is; a password under the same keys is replaced."""
-    data = {"btype": "pass", "pass": "bandpass", "on_pass": "next", "publicKeyToken": "b77a5c561934e089"}
+def test_a_public_key_token_in_json_data_is_kept() -> None:
+    """A .NET assembly's public key token is a hash of its public key, in every reference to it:
+    kept; a password under ``pass``, a plain word too (a filter's ``"pass": "bandpass"`` is replaced
+    with it: a default password is a word as often), is replaced."""
+    data = {"btype": "lowpass", "publicKeyToken": "b77a5c561934e089"}
     assert scrub_json(data) == data
-    secrets = {"pass": "S3cr3t-Xq9vT2mLp8", "on_pass": "hunter22", "DB_PASS": "Hunter"}
-    assert all(v.startswith("[REDACTED:secret-field:") for v in scrub_json(secrets).values())
+    secrets = {"pass": "S3cr3t-Xq9vT2mLp8", "on_pass": "hunter22", "DB_PASS": "changeme"}
+    scrubbed = scrub_json(secrets)
+    assert all(scrubbed[k].startswith("[REDACTED:secret-field:") for k in ("pass", "on_pass", "DB_PASS"))
 
 
 def test_credentials_under_pass_pwd_and_secret_key_in_json_data_are_scrubbed() -> None:
