@@ -279,21 +279,12 @@ def outlived(folder: Path, grace: float, stop: Callable[[], bool] = lambda: Fals
     ``tree`` lock (:func:`hold_tree`) does, up to :data:`STARTING` seconds from when the last one
     ran: it may be a program yet to start forkpoint (``sh -c "a; python b.py &"``, or the next of
     ``(python a.py; python b.py) &`` once ``a`` ended); past that, one that does not (a server)."""
-    import fcntl
     import time
 
+    from .files import lock_held
+
     def held(path: Path) -> bool:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:  # (gone: nothing to wait for)
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        return lock_held(path) is True  # (a file gone: nothing to wait for)
 
     began = quiet = time.monotonic()
     while True:

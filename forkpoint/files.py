@@ -16,6 +16,24 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
+def lock_held(path: Path) -> bool | None:
+    """Whether a process holds a flock(2) on the file at ``path`` (asked by taking it exclusively
+    without waiting, and letting it go); None when there is no such file to open."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def write_private(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` with mode 0600 whatever the umask, atomically (see
     :func:`private_file`). Returns ``path``. Raises ``OSError``; ``path`` is left as it was."""

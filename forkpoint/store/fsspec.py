@@ -45,7 +45,7 @@ import orjson
 from ..batches import by_size
 from ..errors import SessionError
 from ..events import now_iso
-from ..files import private_dirs, user_temp_dir, write_private
+from ..files import lock_held, private_dirs, user_temp_dir, write_private
 from ..log import LOG_NAME, MIRROR_DONE, MIRROR_RECORDING, has_end
 from ..text import say
 from .base import REMOTE_MARKER, Listing, SessionInfo, Store, pick, scan, session_order, summarize_log
@@ -211,17 +211,7 @@ def _same_log(path: Path, data: bytes) -> bool:
 def _recorder_gone(path: Path) -> bool:
     """True when the staged session was recorded by processes that have since died (its lock is free:
     neither the recorder that created it nor a process of the recorded program holds it)."""
-    try:
-        fd = os.open(path / RECORDING, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+    return lock_held(path / RECORDING) is False
 
 
 @contextlib.contextmanager

@@ -1557,64 +1557,45 @@ def outliving_program(tmp_path: Path, late: float) -> list[str]:
     return ["sh", "-c", f"{py} late.py {late} & {py} early.py"]
 
 
-@pytest.mark.slow
-def test_a_program_started_in_the_background_as_the_shell_leaves_is_waited_for(tmp_path: Path) -> None:
+REDIRECTING = " ".join(f"{n}>/dev/null" for n in range(3, 10))
+
+
+@pytest.mark.parametrize(
+    ("background", "before"),
+    [
+        pytest.param("{py} late.py 0.2", "", id="as-the-shell-leaves", marks=pytest.mark.slow),
+        pytest.param(
+            "({py} late.py 1.5; {py} late.py 0)", "", id="the-next-of-a-job", marks=pytest.mark.slow
+        ),
+        pytest.param("{py} late.py 0.2", f"exec {REDIRECTING}; ", id="its-shell-redirecting-3-to-9"),
+    ],
+)
+def test_a_program_started_in_the_background_is_waited_for(
+    tmp_path: Path, background: str, before: str
+) -> None:
     """`sh -c "a; python b.py &"`: the shell left as it started b, before b's Python started
     forkpoint, so no process was waited for: b's call was refused after the session's end (which
     said complete, 1 call of 2), and on replay b's report came after the verdict ("replay ok").
-    The program's processes inherit a lock (`tree`), whose holder is waited for to start forkpoint."""
+    The program's processes inherit a lock (`tree`), whose holder is waited for to start forkpoint.
+    `(python b.py; python c.py) &`: c starts once b ended, more than a second after the shell left;
+    the second counted from the shell's end, so c was missed: it counts from when the last process
+    that started forkpoint ran. A script redirects descriptors 3 to 9 by number (`exec 4>log`): the
+    lock's was the lowest free one (4 when recording, 5 on replay), which the shell closed; it is
+    passed at 100 or above."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
     store = str(tmp_path / "store")
     outliving_program(tmp_path, 0)
     py = shlex.quote(sys.executable)
-    program = ["sh", "-c", f"{py} early.py; {py} late.py 0.2 &"]
+    program = ["sh", "-c", f"{before}{py} early.py; {background.format(py=py)} &"]
+    calls = 1 + background.count("late.py")
     rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
-    assert rec.returncode == 0 and "(0 model calls, 2 tool calls)" in rec.stderr, rec.stderr
+    assert rec.returncode == 0 and f"(0 model calls, {calls} tool calls)" in rec.stderr, rec.stderr
     session = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).exists()))
-    assert [e["type"] for e in session.events][-3:] == ["tool_call", "tool_call", "end"]
+    assert [e["type"] for e in session.events][-calls - 1 :] == ["tool_call"] * calls + ["end"]
     assert not session.by_type("end")[0].get("incomplete")
     rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
-    assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
-    assert "served to 2 processes" in rep.stderr
-
-
-@pytest.mark.slow
-def test_the_next_program_of_a_background_job_is_waited_for(tmp_path: Path) -> None:
-    """`sh -c "a; (python b.py; python c.py) &"`: c starts once b ended, more than a second after
-    the shell left, so its start was not waited for (the second counted from the shell's end): c's
-    call was refused after the end of a session that said complete, and the replay said "replay ok"
-    without c's report. The second counts from when the last process that started forkpoint ran."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
-    store = str(tmp_path / "store")
-    outliving_program(tmp_path, 0)
-    py = shlex.quote(sys.executable)
-    program = ["sh", "-c", f"{py} early.py; ({py} late.py 1.5; {py} late.py 0) &"]
-    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
-    assert rec.returncode == 0 and "(0 model calls, 3 tool calls)" in rec.stderr, rec.stderr
-    session = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).exists()))
-    assert [e["type"] for e in session.events][-4:] == ["tool_call", "tool_call", "tool_call", "end"]
-    assert not session.by_type("end")[0].get("incomplete")
-    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
-    assert rep.returncode == 0 and "replay ok: 3/3 events matched" in rep.stderr, rep.stderr
-    assert "served to 3 processes" in rep.stderr
-
-
-def test_a_shell_redirecting_its_own_descriptors_keeps_the_inherited_lock(tmp_path: Path) -> None:
-    """A script redirects descriptors 3 to 9 by number (`exec 4>log`); the lock's was the lowest free
-    one (4 when recording, 5 on replay), so the shell closed it and its background program's start
-    was not waited for: its call was refused after the end of a session that said complete, and
-    the replay said "replay ok" without its report. The lock is passed at 100 or above."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
-    store = str(tmp_path / "store")
-    outliving_program(tmp_path, 0)
-    py = shlex.quote(sys.executable)
-    fds = " ".join(f"{n}>/dev/null" for n in range(3, 10))
-    program = ["sh", "-c", f"exec {fds}; {py} early.py; {py} late.py 0.2 &"]
-    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program], tmp_path, env)
-    assert rec.returncode == 0 and "(0 model calls, 2 tool calls)" in rec.stderr, rec.stderr
-    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
-    assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
-    assert "served to 2 processes" in rep.stderr
+    assert rep.returncode == 0 and f"replay ok: {calls}/{calls} events matched" in rep.stderr, rep.stderr
+    assert f"served to {calls} processes" in rep.stderr
 
 
 def test_a_background_process_that_is_not_forkpoints_is_not_waited_for(tmp_path: Path) -> None:
