@@ -273,7 +273,10 @@ def tool_aliases() -> dict[str, str]:
     return out
 
 
-_sent_lock = threading.Lock()
+#: Re-entrant: what it guards allocates, so the garbage collector may run a finalizer under it, in
+#: the same thread, that makes a task or starts a thread (google-genai's client's ``__del__`` makes
+#: one to close its session), which notes its birth under it again: a plain lock waited for ever.
+_sent_lock = threading.RLock()
 _sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyDictionary()
 #: The first ordinal of this process's runtimes: past the last one of the program it replaced through
 #: exec, whose calls have the same pid in the log (``forkpoint._boot``).
@@ -712,8 +715,8 @@ def next_sent(rt: Runtime) -> int:
     calls in the order they began (see :func:`forkpoint.match.in_send_order`)."""
     with _sent_lock:
         counter = _sent_counters.get(rt)
-        if counter is None:
-            counter = _sent_counters[rt] = itertools.count(sent_from)
+        if counter is None:  # (one a finalizer run meanwhile made is kept: its ordinals were given)
+            counter = _sent_counters.setdefault(rt, itertools.count(sent_from))
         _last_sent[rt] = n = next(counter)
         return n
 
@@ -744,8 +747,8 @@ def _note_born(started: Any, rt: Runtime) -> None:
     """Note that thread or task ``started`` begins now, while ``rt`` is active (:data:`_born`)."""
     global _starts
     with _sent_lock:
-        _born[started] = Born(weakref.ref(rt), _last_sent.get(rt, sent_from - 1), _starts)
-        _starts += 1
+        order, _starts = _starts, _starts + 1  # (taken first: a finalizer run below takes the next)
+        _born[started] = Born(weakref.ref(rt), _last_sent.get(rt, sent_from - 1), order)
 
 
 def watch_threads() -> None:

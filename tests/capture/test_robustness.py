@@ -1346,3 +1346,55 @@ def test_a_call_that_ends_inside_a_write_of_its_own_thread_is_written_after_it(s
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines()[-1] == "[None] ['outer', 'ended inside the write'] ['cleanup']", run.stdout
+
+
+@pytest.mark.timeout(60)  # (it deadlocked: fail it, not the run)
+# (the timeout is raised in the finalizer the collector runs, which Python reports, not raises)
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("starts", ["thread", "task"])
+def test_a_finalizer_that_starts_a_thread_or_task_while_one_is_noted_does_not_deadlock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, starts: str
+) -> None:
+    """The garbage collector may run at any allocation, also while forkpoint notes when a thread or
+    an asyncio task began (under its lock of call ordinals); a finalizer it runs there that starts
+    one (google-genai's client's ``__del__`` makes a task to close its aiohttp session) noted it
+    under the same plain lock, in the same thread: the program hung for ever (seen in a full run of
+    tests/providers/test_gemini.py). The collector is run here where a birth is noted."""
+    import gc
+    import weakref
+
+    from forkpoint import runtime
+
+    class Collecting(weakref.WeakKeyDictionary):  # type: ignore[type-arg]
+        def __setitem__(self, key: Any, value: Any) -> None:
+            gc.collect()  # (as the collector may, at the allocation here)
+            super().__setitem__(key, value)
+
+    started: list[str] = []
+
+    class Closer:
+        def __del__(self) -> None:
+            if starts == "thread":
+                t = threading.Thread(target=lambda: None)
+                t.start()
+                t.join()
+            else:
+                asyncio.get_running_loop().create_task(asyncio.sleep(0))
+            started.append(starts)
+
+    async def main() -> None:
+        left: dict[str, Any] = {"closer": Closer()}
+        left["self"] = left  # (a cycle: only the collector frees it, and runs its finalizer)
+        del left
+        monkeypatch.setattr(runtime, "_born", Collecting())
+        if starts == "thread":
+            t = threading.Thread(target=lambda: None)
+            t.start()
+            t.join()
+        else:
+            await asyncio.create_task(asyncio.sleep(0))
+        await asyncio.sleep(0)
+
+    with forkpoint.record(store=tmp_path / "store"):
+        asyncio.run(main())
+    assert started == [starts]
