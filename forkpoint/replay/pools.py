@@ -86,7 +86,9 @@ _USUAL: tuple[int | None, int] = (None, 0)
 #: Runtime → its process's waits that may return before all have finished (:func:`_as_live`), by
 #: kind (``threads``, ``asyncio``) and where they are made.
 _waits: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], _Made]] = weakref.WeakKeyDictionary()
-_waits_lock = threading.Lock()
+#: Re-entrant, as :data:`forkpoint.runtime._sent_lock` is: what it guards allocates, and a finalizer
+#: the garbage collector runs there may make a task, which notes where it was made under it again.
+_waits_lock = threading.RLock()
 
 #: The attribute a pool's future holds True in when a tool's call ended, or a model call's answer
 #: came, in the work that finished it (:func:`_call_ended`); one without it is the program's own (a

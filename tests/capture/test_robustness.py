@@ -1351,19 +1351,21 @@ def test_a_call_that_ends_inside_a_write_of_its_own_thread_is_written_after_it(s
 @pytest.mark.timeout(60)  # (it deadlocked: fail it, not the run)
 # (the timeout is raised in the finalizer the collector runs, which Python reports, not raises)
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.parametrize("starts", ["thread", "task"])
+@pytest.mark.parametrize(("starts", "mode"), [("thread", "record"), ("task", "record"), ("task", "replay")])
 def test_a_finalizer_that_starts_a_thread_or_task_while_one_is_noted_does_not_deadlock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, starts: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, starts: str, mode: str
 ) -> None:
     """The garbage collector may run at any allocation, also while forkpoint notes when a thread or
     an asyncio task began (under its lock of call ordinals); a finalizer it runs there that starts
     one (google-genai's client's ``__del__`` makes a task to close its aiohttp session) noted it
     under the same plain lock, in the same thread: the program hung for ever (seen in a full run of
-    tests/providers/test_gemini.py). The collector is run here where a birth is noted."""
+    tests/providers/test_gemini.py). A replay notes where the program made each asyncio task, under
+    the lock of its pools' waits: the same. The collector is run here where either is noted."""
     import gc
     import weakref
 
     from forkpoint import runtime
+    from forkpoint.replay import pools
 
     class Collecting(weakref.WeakKeyDictionary):  # type: ignore[type-arg]
         def __setitem__(self, key: Any, value: Any) -> None:
@@ -1386,7 +1388,7 @@ def test_a_finalizer_that_starts_a_thread_or_task_while_one_is_noted_does_not_de
         left: dict[str, Any] = {"closer": Closer()}
         left["self"] = left  # (a cycle: only the collector frees it, and runs its finalizer)
         del left
-        monkeypatch.setattr(runtime, "_born", Collecting())
+        monkeypatch.setattr(*((runtime, "_born") if mode == "record" else (pools, "_made_at")), Collecting())
         if starts == "thread":
             t = threading.Thread(target=lambda: None)
             t.start()
@@ -1395,6 +1397,10 @@ def test_a_finalizer_that_starts_a_thread_or_task_while_one_is_noted_does_not_de
             await asyncio.create_task(asyncio.sleep(0))
         await asyncio.sleep(0)
 
-    with forkpoint.record(store=tmp_path / "store"):
-        asyncio.run(main())
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        if mode == "record":
+            asyncio.run(main())
+    if mode == "replay":
+        with forkpoint.replay(rec.session_path):
+            asyncio.run(main())
     assert started == [starts]
