@@ -205,8 +205,8 @@ def _note(argv: list[str], env: Any, executable: Any = None) -> None:
     # Asked only now: under `forkpoint record` the recorder is made when first asked for
     # (runtime.activate_later), and a program that runs `git status` and makes no call loads none.
     rt = runtime.active()
-    # (a replay that records a what-if session, a cassette's update: this run's recording too)
-    if rt is None or (rt.mode != "record" and getattr(rt, "child", None) is None):
+    # (a recording's for its session; a replay's for its verdict, and its what-if session if any)
+    if rt is None:
         return
     from .tools import in_tool_body
 
@@ -265,6 +265,19 @@ def unrecorded() -> list[str]:
     programs started since :func:`reset` that the recording does not record."""
     with _lock:
         return list(_started)
+
+
+def _program_key(line: str) -> str:
+    """``line`` with each Python interpreter's path as ``python``: a replay run from another
+    environment (or with ``python3`` for ``python``) starts the same program."""
+    return " ".join("python" if _PYTHON.fullmatch(os.path.basename(w)) else w for w in line.split(" "))
+
+
+def unrecorded_besides(recorded: list[str]) -> list[str]:
+    """The programs :func:`unrecorded` names that ``recorded`` (a recording's note) does not: those
+    a replay started and its recording did not (today's code)."""
+    known = {_program_key(line) for line in recorded}
+    return [line for line in unrecorded() if _program_key(line) not in known]
 
 
 #: The text of the note that names them.

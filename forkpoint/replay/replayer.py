@@ -2349,6 +2349,13 @@ class Replayer:
             and e["seq"] not in self.unservable_inner
         ]
         end = self._session.end()
+        from ..capture import programs  # (the hook's notes: loaded with the capture, not before)
+
+        recorded_programs = [
+            program
+            for n in self._session.by_type("note")
+            for program in (n.get("data") or {}).get("unrecorded_programs") or ()
+        ]
         return conclude(
             {
                 "session": self._session.id,
@@ -2412,11 +2419,10 @@ class Replayer:
                     for n in self._session.by_type("note")
                     if "unrecorded_mcp" in (n.get("data") or {})
                 ],
-                "unrecorded_programs": [
-                    program
-                    for n in self._session.by_type("note")
-                    for program in (n.get("data") or {}).get("unrecorded_programs") or ()
-                ],
+                "unrecorded_programs": recorded_programs,
+                # (a Python program this run started that the recording names not: today's code's,
+                # run as without forkpoint, its calls neither served nor recorded)
+                "started_programs": programs.unrecorded_besides(recorded_programs),
                 # (a gRPC channel connects past the network guard: its calls go out again, live;
                 # one through Python's sockets is refused, and said, or is the program's own server
                 # in the replay's namespace)

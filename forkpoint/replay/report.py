@@ -387,6 +387,16 @@ _UNRECORDED_CONNECTIONS = (
 )
 
 
+def _some(items: list[str]) -> str:
+    """The first three of ``items``, ``; ``-joined, `` …`` when there are more."""
+    return f"{'; '.join(items[:3])}{' …' if len(items) > 3 else ''}"
+
+
+def _started_programs(started: list[str]) -> str:
+    """Words for the Python programs a replay started that its recording did not (today's code)."""
+    return f"this run started {plural(len(started), 'Python program')} the recording did not, which ran unrecorded"
+
+
 def _unreplayed(report: dict[str, Any]) -> list[str]:
     """What of the recorded run a replay that reproduced ran for real, not from the recording, in
     words: the Python programs it started, the tools the recording has no calls of, the model
@@ -397,9 +407,10 @@ def _unreplayed(report: dict[str, Any]) -> list[str]:
     programs = report.get("unrecorded_programs") or []
     if programs:
         out.append(
-            f"{plural(len(programs), 'Python program')} it started, not recorded, ran again: "
-            f"{'; '.join(programs[:3])}{' …' if len(programs) > 3 else ''}"
+            f"{plural(len(programs), 'Python program')} it started, not recorded, ran again: {_some(programs)}"
         )
+    if started := report.get("started_programs") or []:
+        out.append(f"{_started_programs(started)}: {_some(started)}")
     tools = unrecorded_tools(report)
     if tools:
         names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in tools.items())
@@ -597,11 +608,19 @@ def summary_line(report: dict[str, Any]) -> str:
         f"{m.get('method')} to MCP server {m.get('server')!r}" for m in unrecorded_mcp if m.get("request")
     ]
     programs = report.get("unrecorded_programs") or []
+    started = report.get("started_programs") or []
     cached = _from_cache(report)
     connections = report.get("unrecorded_connections") or []
     fewer = unrecorded_tools(report, "fewer_calls")
     if status == "ok" and (
-        unheard or unasked or programs or connections or unrecorded_tools(report) or fewer or cached
+        unheard
+        or unasked
+        or programs
+        or started
+        or connections
+        or unrecorded_tools(report)
+        or fewer
+        or cached
     ):
         status = "ok, but incomplete"
     if status == "ok" and report.get("recording_unended"):
@@ -693,8 +712,10 @@ def summary_line(report: dict[str, Any]) -> str:
     if programs:
         extra += (
             f"; the recording started {plural(len(programs), 'Python program')} it did not record, which ran "
-            f"again as without forkpoint: {'; '.join(programs[:3])}{' …' if len(programs) > 3 else ''}"
+            f"again as without forkpoint: {_some(programs)}"
         )
+    if started:
+        extra += f"; {_started_programs(started)}, as without forkpoint: {_some(started)}"
     if connections:
         extra += "; " + _UNRECORDED_CONNECTIONS.format(where=", ".join(connections))
     if cached:
@@ -836,6 +857,9 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "pieces_lost": [p for r in reports for p in r.get("pieces_lost") or []],
             "digest_matched": sorted({s for r in reports for s in r.get("digest_matched") or []}),
             "objects_untold": sorted({t for r in reports for t in r.get("objects_untold") or []}),
+            "started_programs": list(
+                dict.fromkeys(p for r in reports for p in r.get("started_programs") or [])
+            ),
         }
     )
 

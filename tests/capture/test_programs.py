@@ -84,6 +84,7 @@ def test_a_what_if_session_names_the_python_programs_its_run_started(tmp_path: P
     """A replay that records a what-if session (a pytest cassette's update in mode record is one)
     noted no program: the hook noted only under a recorder, so the session it wrote, the new
     cassette, lost the recording's note and its replays said "ok" while the program ran live."""
+    from forkpoint.replay import summary_line
 
     @forkpoint.tool
     def lookup(q: str) -> str:
@@ -100,10 +101,42 @@ def test_a_what_if_session_names_the_python_programs_its_run_started(tmp_path: P
         n["data"]["unrecorded_programs"] for n in child.by_type("note") if "unrecorded_programs" in n["data"]
     ]
     assert notes == [[f"{sys.executable} -c pass"]]
-    with forkpoint.replay(rec.session_path):  # (a replay that records nothing notes nothing)
+    # (one the recording names, run by another environment's interpreter: not named a second time)
+    other = tmp_path / "env" / "bin" / "python3"
+    other.parent.mkdir(parents=True)
+    other.symlink_to(sys.executable)
+    with forkpoint.replay(rec.session_path) as rp:
+        lookup("a")
+        subprocess.run([str(other), "-c", "pass"], check=True)
+    assert "Python program" not in summary_line(rp.report()).split("; the recording started")[0]
+    assert rp.report().get("started_programs") == []
+
+
+def test_a_replay_names_the_python_programs_its_run_started_that_the_recording_did_not(
+    tmp_path: Path,
+) -> None:
+    """Today's code started a Python program the recorded run had not (its calls neither served nor
+    recorded, run as without forkpoint), and the replay said "replay ok": the hook noted programs
+    only for a session being written. The verdict is now "ok, but incomplete", naming it."""
+    from forkpoint.replay import summary_line
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        return q
+
+    with forkpoint.record(store=tmp_path / "store", workspace=None) as rec:
+        lookup("a")
+    with forkpoint.replay(rec.session_path) as rp:
         lookup("a")
         subprocess.run([sys.executable, "-c", "pass"], check=True)
-    assert forkpoint.capture.programs.unrecorded() == []
+    report = rp.report()
+    said = summary_line(report)
+    assert said.startswith("replay ok, but incomplete"), said
+    assert (
+        "this run started 1 Python program the recording did not, which ran unrecorded, as without "
+        f"forkpoint: {sys.executable} -c pass" in said
+    ), said
+    assert report["reproduced"] and report.get("started_programs") == [f"{sys.executable} -c pass"]
 
 
 def test_python_started_through_a_wrapper_a_runner_or_a_script_is_named(
