@@ -709,7 +709,7 @@ def replay_run(
         if lost := running.said("its report is not in the verdict"):
             unreported.append(lost)
             if child is not None:  # (what it does from now is refused there: it has ended)
-                child.incomplete = running.said(UNRECORDED)
+                child.incomplete = child.incomplete or running.said(UNRECORDED)
         replaying, went_live = (any(named(Path(tmp), mark)) for mark in (REPLAYING_PREFIX, LIVE_PREFIX))
         try:  # (or the launcher's why: netns)
             why_unrun = ran.unrun or (Path(tmp) / netns.UNRUN).read_text(errors="replace")
